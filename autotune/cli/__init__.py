@@ -1,0 +1,27 @@
+"""`autotune` command line. Each command lives in its own module and registers on ``app``."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from autotune.cli.app import app
+from autotune.errors import UserError
+
+# Importing mlflow writes telemetry unless told not to; no command of ours wants that.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+# Command modules: importing one registers its command on ``app``.
+from autotune.cli import simulate  # noqa: E402,F401
+
+
+def main() -> None:
+    """Entry point: user errors become one line on stderr and exit status 2, no traceback."""
+    try:
+        app()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -1,0 +1,163 @@
+"""What a trial produced, identical in shape for every backend.
+
+A backend fills per-request records and a few engine facts; the aggregates (the
+objectives among them) are computed here once, so the simulator and real vLLM can never
+disagree on what "p99" or "OOMs per 1000 requests" mean.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+
+class RequestStatus(StrEnum):
+    OK = "ok"
+    OOM = "oom"  # in flight when the engine died of OOM, or left over after max_restarts
+    ERROR = "error"  # any other failure: crash, hang, HTTP error, timeout
+    NOT_RUN = "not_run"  # never sent because the benchmark was stopped early
+
+
+class TrialStatus(StrEnum):
+    OK = "ok"  # the server started and the benchmark ran (requests may still have failed)
+    STARTUP_FAILED = "startup_failed"  # the engine never served a request
+
+
+class FailureClass(StrEnum):
+    """Why a trial, or the engine during it, failed. Shared taxonomy for all backends."""
+
+    NONE = "none"
+    STARTUP_OOM = "startup_oom"  # no memory for KV blocks, KV cache < max_model_len, OOM loading/capturing
+    RUNTIME_OOM = "runtime_oom"  # CUDA OOM while serving; the engine died
+    CRASH = "crash"  # the engine died for another reason
+    HANG = "hang"  # no progress within the time limit
+    INVALID_CONFIG = "invalid_config"  # vLLM rejected a flag or value
+    REJECTED = "rejected"  # autotune's memory model predicted startup failure; nothing launched
+
+
+@dataclass
+class RequestRecord:
+    """One benchmark request. Times are seconds; ``send_s`` is relative to benchmark start."""
+
+    index: int
+    send_s: float
+    ttft_s: float | None
+    e2e_s: float | None
+    prompt_tokens: int
+    output_tokens: int
+    status: RequestStatus = RequestStatus.OK
+    error: str = ""
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Time per output token after the first, as vLLM's benchmarks define it."""
+        if self.ttft_s is None or self.e2e_s is None or self.output_tokens <= 1:
+            return None
+        return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
+
+
+@dataclass
+class TrialResult:
+    """Everything a backend reports for one trial. ``metrics()`` gives the aggregates."""
+
+    status: TrialStatus
+    backend: str
+    records: list[RequestRecord] = field(default_factory=list)
+    failure_class: FailureClass = FailureClass.NONE
+    failure_reason: str = ""
+    # Log lines (or simulator messages) that decided the failure class.
+    failure_evidence: list[str] = field(default_factory=list)
+    requests_issued: int = 0
+    kv_cache_tokens: int = 0
+    crashes: int = 0  # engine deaths during the benchmark (OOM or not)
+    preemptions: int = 0
+    peak_mem_gib: list[float] = field(default_factory=list)  # per GPU; empty when unknown
+    startup_s: float = 0.0  # engine start to ready, first start only, download excluded
+    duration_s: float = 0.0  # benchmark wall time (simulated time for the simulator)
+    gpu_time_s: float = 0.0  # time the GPUs were held: startups, restarts and benchmark
+    early_stopped: bool = False
+    server_metrics: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def metrics(self) -> dict[str, float]:
+        """Aggregates over the records. Latency percentiles cover successful requests only."""
+        return compute_metrics(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["records"] = [asdict(r) for r in self.records]
+        return d
+
+
+def _pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else math.nan
+
+
+def compute_metrics(result: TrialResult) -> dict[str, float]:
+    ok = [r for r in result.records if r.status == RequestStatus.OK]
+    e2e = [r.e2e_s for r in ok if r.e2e_s is not None]
+    ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
+    tpot = [t for r in ok if (t := r.tpot_s) is not None]
+    issued = result.requests_issued or len(result.records)
+    n_oom = sum(r.status == RequestStatus.OOM for r in result.records)
+    n_err = sum(r.status == RequestStatus.ERROR for r in result.records)
+    n_not_run = sum(r.status == RequestStatus.NOT_RUN for r in result.records)
+    out_tokens = sum(r.output_tokens for r in ok)
+    m: dict[str, float] = {
+        "requests": float(issued),
+        "requests_ok": float(len(ok)),
+        "requests_oom": float(n_oom),
+        "requests_error": float(n_err),
+        "requests_not_run": float(n_not_run),
+        "oom_per_1k": 1000.0 * n_oom / issued if issued else 0.0,
+        "error_per_1k": 1000.0 * n_err / issued if issued else 0.0,
+        "p50_e2e_s": _pct(e2e, 50),
+        "p90_e2e_s": _pct(e2e, 90),
+        "p99_e2e_s": _pct(e2e, 99),
+        "mean_e2e_s": float(np.mean(e2e)) if e2e else math.nan,
+        "p50_ttft_s": _pct(ttft, 50),
+        "p90_ttft_s": _pct(ttft, 90),
+        "p99_ttft_s": _pct(ttft, 99),
+        "p50_tpot_s": _pct(tpot, 50),
+        "p90_tpot_s": _pct(tpot, 90),
+        "p99_tpot_s": _pct(tpot, 99),
+        "mean_tpot_s": float(np.mean(tpot)) if tpot else math.nan,
+        "output_tok_per_s": out_tokens / result.duration_s if result.duration_s > 0 else 0.0,
+        "crashes": float(result.crashes),
+        "preemptions": float(result.preemptions),
+        "kv_cache_tokens": float(result.kv_cache_tokens),
+        "startup_s": float(result.startup_s),
+        "duration_s": float(result.duration_s),
+        "gpu_time_s": float(result.gpu_time_s),
+    }
+    if result.peak_mem_gib:
+        m["peak_mem_gib_max"] = float(max(result.peak_mem_gib))
+        for i, v in enumerate(result.peak_mem_gib):
+            m[f"peak_mem_gib_gpu{i}"] = float(v)
+    return m
+
+
+def startup_failure(backend: str, failure_class: FailureClass, reason: str, evidence: list[str],
+                    requests: int, startup_s: float = 0.0) -> TrialResult:
+    """A trial whose engine never served: every request of the benchmark counts as failed.
+
+    A startup OOM counts each request as ``oom`` (the engine could not hold the load at
+    all), so ``oom_per_1k`` is 1000; other startup failures count them as ``error``.
+    """
+    status = RequestStatus.OOM if failure_class == FailureClass.STARTUP_OOM else RequestStatus.ERROR
+    records = [RequestRecord(i, 0.0, None, None, 0, 0, status, reason[:200]) for i in range(requests)]
+    return TrialResult(
+        status=TrialStatus.STARTUP_FAILED,
+        backend=backend,
+        records=records,
+        failure_class=failure_class,
+        failure_reason=reason,
+        failure_evidence=evidence,
+        requests_issued=requests,
+        startup_s=startup_s,
+        gpu_time_s=startup_s,
+    )

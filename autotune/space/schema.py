@@ -1,0 +1,239 @@
+"""Pydantic schema of a search-space file (``version: 1``).
+
+Sections: engine (what is deployed, fixed flags), params (what is searched, by vLLM flag
+name), constraints (known-invalid combinations, declarative), workload (the fixed
+benchmark), objectives, slo, references (hand-tuned configs to measure), study, cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from autotune.engine.flags import FLAG_SPECS, unknown_flags
+from autotune.workload import WorkloadSpec
+
+Scalar = bool | int | float | str
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EngineSection(_Strict):
+    backend: Literal["sim", "vllm", "noop"] = "sim"
+    model: str
+    gpu: str = "A100-80GB"
+    flags: dict[str, Scalar] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    host: str = "127.0.0.1"
+    download_dir: str | None = None
+    startup_timeout_s: float = Field(default=1800.0, gt=0)
+    python: str | None = None
+
+    @field_validator("flags")
+    @classmethod
+    def _known_flags(cls, v: dict[str, Scalar]) -> dict[str, Scalar]:
+        bad = unknown_flags(v)
+        if bad:
+            raise ValueError(f"unknown vLLM flag {bad[0]!r}; use vLLM's EngineArgs name (e.g. max_num_seqs)")
+        return v
+
+
+class ParamSpec(_Strict):
+    """One searched flag. ``when`` makes it active only if other params have given values."""
+
+    type: Literal["float", "int", "categorical", "bool"]
+    low: float | None = None
+    high: float | None = None
+    step: float | None = None
+    log: bool = False
+    choices: list[Scalar] | None = None
+    when: dict[str, Scalar] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ParamSpec:
+        if self.type in ("float", "int"):
+            if self.low is None or self.high is None:
+                raise ValueError(f"{self.type} params need low and high")
+            if self.low > self.high:
+                raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
+            if self.log and self.low <= 0:
+                raise ValueError("log scale needs low > 0")
+            if self.log and self.step is not None:
+                raise ValueError("step and log cannot be combined (Optuna rejects it)")
+            if self.choices is not None:
+                raise ValueError(f"choices do not apply to {self.type} params; use low/high")
+        elif self.type == "categorical":
+            if not self.choices:
+                raise ValueError("categorical params need a non-empty choices list")
+            if len(set(map(repr, self.choices))) != len(self.choices):
+                raise ValueError("choices contain duplicates")
+        elif any(x is not None for x in (self.low, self.high, self.step, self.choices)):
+            raise ValueError("bool params take no low/high/step/choices")
+        return self
+
+    def grid_values(self, points: int = 4) -> list[Scalar]:
+        """Values a grid search visits for this param."""
+        if self.type == "bool":
+            return [False, True]
+        if self.type == "categorical":
+            return list(self.choices or [])
+        assert self.low is not None and self.high is not None
+        if self.step is not None:
+            n = int(round((self.high - self.low) / self.step)) + 1
+            idx = sorted({round(i * (n - 1) / max(points - 1, 1)) for i in range(points)})
+            vals = [self.low + i * self.step for i in idx]
+        elif self.log:
+            import math
+
+            lo, hi = math.log(self.low), math.log(self.high)
+            vals = [math.exp(lo + (hi - lo) * i / max(points - 1, 1)) for i in range(points)]
+        else:
+            vals = [self.low + (self.high - self.low) * i / max(points - 1, 1) for i in range(points)]
+        if self.type == "int":
+            return sorted({int(round(v)) for v in vals})
+        return [round(v, 6) for v in vals]
+
+
+class Constraint(_Strict):
+    """``when`` (optional) params have these values => ``left op right`` must hold.
+
+    ``left``/``right`` name a param or fixed flag, or ``right`` is a number. ``repair``
+    moves ``left`` to the nearest value that satisfies the constraint (when left is a
+    searched int/float param); ``reject`` marks the sample infeasible without launching.
+    Nothing is evaluated as code.
+    """
+
+    name: str | None = None
+    when: dict[str, Scalar] = Field(default_factory=dict)
+    left: str
+    op: Literal["<=", "<", ">=", ">", "==", "!="]
+    right: str | float
+    action: Literal["reject", "repair"] = "reject"
+    message: str | None = None
+
+
+class Objective(_Strict):
+    metric: str
+    direction: Literal["minimize", "maximize"] = "minimize"
+
+
+class SloLimit(_Strict):
+    max: float | None = None
+    min: float | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> SloLimit:
+        if (self.max is None) == (self.min is None):
+            raise ValueError("give exactly one of max or min")
+        return self
+
+
+class Reference(_Strict):
+    """A config to measure as-is (e.g. a hand-tuned one), enqueued before the search."""
+
+    name: str
+    flags: dict[str, Scalar]
+    note: str = ""
+
+    @field_validator("flags")
+    @classmethod
+    def _known(cls, v: dict[str, Scalar]) -> dict[str, Scalar]:
+        bad = unknown_flags(v)
+        if bad:
+            raise ValueError(f"unknown vLLM flag {bad[0]!r}")
+        return v
+
+
+class StrategySection(_Strict):
+    """autotune's own search strategy; each part can be switched off to measure its effect."""
+
+    prune_startup_failures: bool = True  # memory model rejects configs that cannot start
+    feasibility_constraints: bool = True  # OOMs/startup failures feed Optuna constraints
+    early_stop: bool = True  # stop benchmarks that are already dominated
+    warm_start: bool = True  # baseline and reference configs measured first
+
+
+class StudySection(_Strict):
+    name: str | None = None
+    sampler: Literal["autotune", "tpe", "nsga2", "gp", "random", "grid"] = "autotune"
+    trials: int = Field(default=40, ge=1)
+    seed: int = 0
+    storage: str | None = None  # SQLAlchemy URL; default sqlite:///<run dir>/optuna.db
+    mlflow_tracking_uri: str | None = None  # default sqlite:///<run dir>/mlflow.db
+    strategy: StrategySection = StrategySection()
+    grid_points: int = Field(default=4, ge=2)
+
+
+class ClusterSpec(_Strict):
+    address: str | None = None
+    workers: int | None = Field(default=None, ge=1)
+    gpus_per_worker: int = Field(default=2, ge=0)
+    cpus_per_worker: float = Field(default=1.0, gt=0)
+
+
+def _default_objectives() -> list[Objective]:
+    return [Objective(metric="oom_per_1k"), Objective(metric="p99_e2e_s")]
+
+
+class SearchSpace(_Strict):
+    version: Literal[1]
+    engine: EngineSection
+    params: dict[str, ParamSpec]
+    constraints: list[Constraint] = Field(default_factory=list)
+    workload: WorkloadSpec = WorkloadSpec()
+    objectives: list[Objective] = Field(default_factory=_default_objectives)
+    slo: dict[str, SloLimit] = Field(default_factory=dict)
+    references: list[Reference] = Field(default_factory=list)
+    study: StudySection = StudySection()
+    cluster: ClusterSpec = ClusterSpec()
+
+    @field_validator("params")
+    @classmethod
+    def _param_names(cls, v: dict[str, ParamSpec]) -> dict[str, ParamSpec]:
+        if not v:
+            raise ValueError("at least one param must be searched")
+        bad = unknown_flags(v)
+        if bad:
+            raise ValueError(f"unknown vLLM flag {bad[0]!r}; params are named by vLLM's EngineArgs names")
+        for name, p in v.items():
+            want = FLAG_SPECS[name].type
+            ok = {
+                "bool": want is bool,
+                "int": want is int,
+                "float": want in (float, int),
+                "categorical": True,
+            }[p.type]
+            if not ok:
+                raise ValueError(f"{name}: vLLM takes a {want.__name__}, not a {p.type} param")
+        return v
+
+    @model_validator(mode="after")
+    def _cross_check(self) -> SearchSpace:
+        both = set(self.params) & set(self.engine.flags)
+        if both:
+            raise ValueError(f"{sorted(both)[0]!r} is both fixed in engine.flags and searched in params")
+        for name, p in self.params.items():
+            for dep in p.when or {}:
+                if dep not in self.params:
+                    raise ValueError(f"params.{name}.when names {dep!r}, which is not a searched param")
+        known = set(self.params) | set(self.engine.flags) | set(FLAG_SPECS)
+        for i, c in enumerate(self.constraints):
+            names = [c.left, *c.when] + ([c.right] if isinstance(c.right, str) else [])
+            for n in names:
+                if n not in known:
+                    raise ValueError(f"constraints[{i}] names unknown param {n!r}")
+            if c.action == "repair" and (c.left not in self.params or self.params[c.left].type not in ("int", "float")):
+                raise ValueError(f"constraints[{i}]: repair needs left to be a searched int/float param")
+        if len(self.objectives) < 1:
+            raise ValueError("objectives must name at least one metric")
+        return self
+
+    @property
+    def objective_names(self) -> list[str]:
+        return [o.metric for o in self.objectives]
+
+    def fixed_flags(self) -> dict[str, Any]:
+        return dict(self.engine.flags)
