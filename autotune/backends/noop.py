@@ -1,0 +1,30 @@
+"""A backend that does no work: for measuring the orchestration's own overhead.
+
+Its numbers are a cheap deterministic function of the flags (so samplers have a
+landscape to move on), not a model of anything; never read them as performance.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from autotune.backends.base import TrialRequest
+from autotune.results import RequestRecord, TrialResult, TrialStatus
+
+
+class NoopBackend:
+    name = "noop"
+
+    def __init__(self, requests: int = 10) -> None:
+        self.requests = requests
+
+    def run_trial(self, request: TrialRequest) -> TrialResult:
+        h = int(hashlib.sha256(repr(sorted(request.flags.items())).encode()).hexdigest()[:8], 16)
+        base = 1.0 + (h % 1000) / 1000.0
+        n = min(self.requests, request.workload.num_requests)
+        records = [RequestRecord(i, 0.0, 0.1, base + i * 1e-3, 10, 10) for i in range(n)]
+        return TrialResult(status=TrialStatus.OK, backend=self.name, records=records, requests_issued=n,
+                           duration_s=base)
+
+    def close(self) -> None:
+        pass

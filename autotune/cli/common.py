@@ -1,0 +1,52 @@
+"""Helpers shared by the commands: locating a run directory and its study."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import yaml
+
+from autotune.errors import UserError
+from autotune.rundir import RunDir
+from autotune.study.storage import expand_url, open_storage
+
+
+def find_run_dir(out: Path | None) -> RunDir:
+    if out is not None:
+        return RunDir(out).require_existing()
+    runs = Path("runs")
+    found = sorted(p for p in runs.iterdir() if (p / "space.yaml").exists()) if runs.is_dir() else []
+    if len(found) == 1:
+        return RunDir(found[0])
+    if not found:
+        raise UserError("no run directory under ./runs; pass --out DIR of an 'autotune run'")
+    raise UserError(f"several run directories under ./runs ({', '.join(p.name for p in found)}); pass --out DIR")
+
+
+def saved_space(run_dir: RunDir) -> dict:
+    try:
+        return yaml.safe_load(run_dir.space_copy.read_text()) or {}
+    except FileNotFoundError:
+        return {}
+
+
+def open_study(run_dir: RunDir, study: str | None, storage: str | None) -> optuna.Study:
+    saved = saved_space(run_dir)
+    url = storage or (saved.get("study") or {}).get("storage") or run_dir.optuna_url
+    if "***" in url:
+        raise UserError("the study's storage URL holds a masked password; pass --storage URL (or use ${VAR} in the space)")
+    url = expand_url(url, "--storage")
+    st = open_storage(url)
+    names = [s.study_name for s in optuna.get_all_study_summaries(st, include_best_trial=False)]
+    name = study or (saved.get("study") or {}).get("name")
+    if name is None:
+        if len(names) == 1:
+            name = names[0]
+        elif not names:
+            raise UserError(f"{run_dir.root}: the storage holds no study yet")
+        else:
+            raise UserError(f"the storage holds several studies ({', '.join(names)}); pass --study NAME")
+    if name not in names:
+        raise UserError(f"--study {name}: no such study in the storage (have: {', '.join(names) or 'none'})")
+    return optuna.load_study(study_name=name, storage=st)

@@ -1,0 +1,53 @@
+"""`autotune run`: the study, from a search-space file, on the simulator or real vLLM."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from autotune.cli.app import app
+from autotune.errors import UserError
+from autotune.space import load_space
+
+
+@app.command()
+def run(
+    space: Annotated[Path, typer.Option("--space", help="search-space YAML")],
+    backend: Annotated[str | None, typer.Option(help="sim or vllm; overrides engine.backend")] = None,
+    trials: Annotated[int | None, typer.Option(help="launched trials to reach (study.trials)")] = None,
+    workers: Annotated[int | None, typer.Option(help="Ray workers (default: what the cluster holds)")] = None,
+    study: Annotated[str | None, typer.Option(help="study name (default: study.name or the file's stem)")] = None,
+    out: Annotated[Path | None, typer.Option(help="run directory (default runs/<study>)")] = None,
+    seed: Annotated[int | None, typer.Option(help="sampler seed (study.seed)")] = None,
+    address: Annotated[str | None, typer.Option(help="Ray cluster address; default: start a local Ray")] = None,
+    sampler: Annotated[str | None, typer.Option(help="autotune (default), tpe, nsga2, gp, random, grid")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no per-trial progress lines")] = False,
+) -> None:
+    """Run (or resume) a multi-objective study: minimise OOMs per 1000 requests and p99 latency."""
+    from autotune.study.driver import RunOptions, StudyDriver
+
+    if trials is not None and trials <= 0:
+        raise UserError(f"--trials {trials}: must be at least 1")
+    if workers is not None and workers <= 0:
+        raise UserError(f"--workers {workers}: must be at least 1")
+    sp = load_space(space)
+    if backend is not None:
+        if backend not in ("sim", "vllm", "noop"):
+            raise UserError(f"--backend {backend!r}: use sim or vllm")
+        sp = sp.model_copy(update={"engine": sp.engine.model_copy(update={"backend": backend})})
+    if sampler is not None:
+        sp = sp.model_copy(update={"study": sp.study.model_copy(update={"sampler": sampler})})
+    from autotune.study.validate import validate_for_backend
+
+    validate_for_backend(sp)
+    opts = RunOptions(out=out, study_name=study, trials=trials, workers=workers, seed=seed, address=address,
+                      progress=not quiet)
+    summary = StudyDriver(sp, space, opts).run()
+    typer.echo(
+        f"study {summary.study}: {summary.n_complete} complete, {summary.n_failed} failed, "
+        f"{summary.n_rejected} rejected without launch; Pareto trials {summary.pareto}; "
+        f"{summary.wall_s:.1f}s on {summary.workers} worker(s)"
+    )
+    typer.echo(f"next: autotune status --out {summary.run_dir}   |   autotune export --out {summary.run_dir}")

@@ -1,0 +1,1 @@
+"""Export the chosen config as a YAML that `vllm serve --config` loads."""

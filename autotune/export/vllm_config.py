@@ -1,0 +1,68 @@
+"""Write the chosen trial as a `vllm serve --config` YAML, plus the equivalent command line.
+
+vLLM's config-file loader turns each ``key: value`` into ``--key value`` and a ``true``
+boolean into a bare ``--key``; a ``false`` boolean is dropped, which would silently leave
+vLLM's default (prefix caching and chunked prefill default to on in V1). So a disabled
+boolean is written as ``no-<flag>: true``, which becomes ``--no-<flag>``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autotune.engine.flags import flags_to_cli_args
+from autotune.security import is_secret_name
+
+# Flags that only make sense inside a trial (the benchmark's server), not in deployment.
+_TRIAL_ONLY = {"host", "port"}
+
+
+def config_dict(model: str, flags: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"model": model}
+    for name in sorted(flags):
+        value = flags[name]
+        if value is None or name in _TRIAL_ONLY or is_secret_name(name):
+            continue
+        key = name.replace("_", "-")
+        if isinstance(value, bool):
+            out[key if value else f"no-{key}"] = True
+        else:
+            out[key] = value
+    return out
+
+
+def header(study: str, trial: int, backend: str, metrics: dict[str, float], rule: str) -> str:
+    lines = [
+        "# vLLM serving config exported by autotune",
+        f"# study: {study}   trial: {trial}   backend: {backend}"
+        + ("   (SIMULATED figures, not a GPU measurement)" if backend == "sim" else ""),
+        f"# exported: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"# chosen by: {rule}",
+        "# measured: " + ", ".join(f"{k}={_fmt(v)}" for k, v in metrics.items()),
+        "# deploy: vllm serve --config <this file>",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_config(path: Path, model: str, flags: dict[str, Any], head: str) -> str:
+    body = yaml.safe_dump(config_dict(model, flags), sort_keys=False)
+    text = head + body
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)  # never leave a half-written config behind
+    return text
+
+
+def serve_command(model: str, flags: dict[str, Any]) -> str:
+    clean = {k: v for k, v in flags.items() if k not in _TRIAL_ONLY and not is_secret_name(k)}
+    return shlex.join(["vllm", "serve", model, *flags_to_cli_args(dict(sorted(clean.items())))])
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)

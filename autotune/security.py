@@ -1,0 +1,42 @@
+"""Keeping secrets out of logs, MLflow and exported files.
+
+Secrets reach autotune in two ways: env vars for the server (an HF token) and database
+URLs (a password). Everything that leaves the process goes through these maskers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+MASK = "***"
+_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|CREDENTIAL|AUTH)", re.I)
+_URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]+)@")
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(_SECRET_NAME.search(name))
+
+
+def mask_url(url: str) -> str:
+    """``postgresql://u:pw@h/db`` -> ``postgresql://u:***@h/db``."""
+    return _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", url)
+
+
+def mask_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: (MASK if is_secret_name(k) else mask_url(v)) for k, v in env.items()}
+
+
+def secret_values(env: Mapping[str, str], urls: list[str | None] = ()) -> list[str]:  # type: ignore[assignment]
+    """The literal secret strings, so free text (logs, failure reasons) can be scrubbed."""
+    out = [v for k, v in env.items() if is_secret_name(k) and v]
+    for url in urls:
+        if url and (m := _URL_PASSWORD.search(url)):
+            out.append(m["pw"])
+    return [s for s in out if len(s) >= 4]
+
+
+def scrub(text: str, secrets: list[str]) -> str:
+    for s in secrets:
+        text = text.replace(s, MASK)
+    return mask_url(text)

@@ -1,0 +1,1 @@
+"""The study driver: Optuna ask/tell over Ray workers, tracked in MLflow."""

@@ -1,0 +1,64 @@
+"""What Optuna is told about a trial: objective values and constraint values.
+
+A trial that served nothing still gets finite values (Optuna cannot rank NaN): the
+worst OOM rate (1000) or the request timeout as its latency. Constraints carry the
+feasibility signal separately, so such penalties never reach the Pareto front.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from autotune.space.schema import SearchSpace
+
+# Constraint keys autotune sets. Feasible when <= 0, as Optuna defines it.
+STARTUP_CONSTRAINT = "startup_ok"
+
+
+def penalty(metric: str, space: SearchSpace) -> float:
+    """The value a metric takes when the trial produced no measurement of it."""
+    if metric.endswith("_per_1k"):
+        return 1000.0
+    if metric.endswith("_s"):
+        return float(space.workload.request_timeout_s)
+    if metric.endswith("per_s"):
+        return 0.0
+    return 1e9
+
+
+def objective_values(metrics: Mapping[str, float], space: SearchSpace) -> list[float]:
+    values = []
+    for obj in space.objectives:
+        v = metrics.get(obj.metric, math.nan)
+        if v is None or math.isnan(v):
+            v = penalty(obj.metric, space)
+        values.append(float(v))
+    return values
+
+
+@dataclass(frozen=True)
+class ConstraintValues:
+    values: dict[str, float]
+
+    @property
+    def feasible(self) -> bool:
+        return all(v <= 0 for v in self.values.values())
+
+
+def constraint_values(metrics: Mapping[str, float], started: bool, space: SearchSpace) -> ConstraintValues:
+    """SLO limits, and (if enabled) whether the engine started at all.
+
+    The keys depend only on the space, never on the result, so every trial of a study
+    carries the same constraints (samplers require that).
+    """
+    out: dict[str, float] = {}
+    if space.study.strategy.feasibility_constraints:
+        out[STARTUP_CONSTRAINT] = -1.0 if started else 1.0
+    for metric, lim in space.slo.items():
+        v = metrics.get(metric, math.nan)
+        if v is None or math.isnan(v):
+            v = penalty(metric, space)
+        out[f"slo:{metric}"] = (v - lim.max) if lim.max is not None else (lim.min - v)  # type: ignore[operator]
+    return ConstraintValues(out)

@@ -1,0 +1,96 @@
+"""Resuming a study: trials a dead driver left RUNNING are failed and re-enqueued.
+
+Several drivers may share one study (PostgreSQL), so a RUNNING trial is only taken over
+when its driver is provably gone: same host and its process no longer exists, or its
+heartbeat is older than ``stale_after_s``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import TrialState
+
+DRIVER_ATTR = "autotune.driver"
+HEARTBEAT_PREFIX = "autotune.heartbeat:"
+
+
+@dataclass(frozen=True)
+class DriverId:
+    host: str
+    pid: int
+    token: str
+
+    @classmethod
+    def mine(cls) -> DriverId:
+        return cls(socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8])
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.pid}:{self.token}"
+
+    @classmethod
+    def parse(cls, s: str) -> DriverId | None:
+        try:
+            host, pid, token = s.rsplit(":", 2)
+            return cls(host, int(pid), token)
+        except ValueError:
+            return None
+
+
+def beat(study: optuna.Study, me: DriverId) -> None:
+    study._storage.set_study_system_attr(study._study_id, HEARTBEAT_PREFIX + str(me), time.time())
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def driver_gone(owner: str | None, heartbeats: dict[str, float], stale_after_s: float, now: float) -> bool:
+    if not owner:
+        return True
+    d = DriverId.parse(owner)
+    if d is None:
+        return True
+    if d.host == socket.gethostname() and not _pid_alive(d.pid):
+        return True
+    last = heartbeats.get(owner)
+    return last is None or now - last > stale_after_s
+
+
+def recover_orphans(study: optuna.Study, me: DriverId, stale_after_s: float = 120.0) -> list[int]:
+    """Fail RUNNING trials whose driver is gone and enqueue their params again.
+
+    Returns the numbers of the failed trials. Their re-runs get new trial numbers (Optuna
+    numbers are never reused); ``requeued_from`` links them.
+    """
+    sys_attrs = study._storage.get_study_system_attrs(study._study_id)
+    beats = {k.removeprefix(HEARTBEAT_PREFIX): v for k, v in sys_attrs.items() if k.startswith(HEARTBEAT_PREFIX)}
+    now = time.time()
+    failed = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner = t.system_attrs.get(DRIVER_ATTR)
+        if owner == str(me) or not driver_gone(owner, beats, stale_after_s, now):
+            continue
+        storage = study._storage
+        try:
+            storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        except RuntimeError:
+            continue  # another driver finished or failed it first (UpdateFinishedTrialError)
+        storage.set_trial_user_attr(t._trial_id, "failure_reason", f"driver {owner} died while the trial ran")
+        storage.set_trial_user_attr(t._trial_id, "state", "failed")
+        user_attrs = {k: v for k, v in t.user_attrs.items() if k in ("role", "reference")}
+        user_attrs["requeued_from"] = t.number
+        study.enqueue_trial(t.params, user_attrs=user_attrs)
+        failed.append(t.number)
+    return failed

@@ -1,0 +1,70 @@
+"""Connecting to Ray: an existing cluster at ``--address``, or a local one we start."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import ray
+
+from autotune.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    address: str
+    started_here: bool
+    cpus: float
+    gpus: float
+
+
+def connect(address: str | None, logical_gpus: int | None = None, num_cpus: int | None = None) -> ClusterInfo:
+    """Join ``address`` or start a local Ray; reuse a connection this process already has.
+
+    ``logical_gpus`` declares GPUs on a local cluster that has none, which is how the
+    simulator exercises the same GPU placement paths on a CPU-only machine.
+    """
+    started = False
+    if not ray.is_initialized():
+        kwargs: dict = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
+        try:
+            if address:
+                ray.init(address=address, **kwargs)
+            else:
+                ray.init(num_gpus=logical_gpus, num_cpus=num_cpus or max(os.cpu_count() or 1, 2), **kwargs)
+                started = True
+        except (ConnectionError, TimeoutError, ValueError, RuntimeError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(f"--address {address}: cannot connect to Ray ({first}); check 'ray status' there") from None
+    res = ray.cluster_resources()
+    return ClusterInfo(
+        address=ray.get_runtime_context().gcs_address,
+        started_here=started,
+        cpus=float(res.get("CPU", 0)),
+        gpus=float(res.get("GPU", 0)),
+    )
+
+
+def plan_workers(requested: int | None, gpus_per_worker: int, cpus_per_worker: float, info: ClusterInfo) -> int:
+    """How many workers the cluster can hold; more than it can is an error, not a hang."""
+    if gpus_per_worker > 0:
+        available = int(info.gpus // gpus_per_worker)
+        unit = f"groups of {gpus_per_worker} GPUs (cluster has {info.gpus:g} GPUs)"
+    else:
+        available = int(info.cpus // cpus_per_worker)
+        unit = f"CPU slots of {cpus_per_worker:g} (cluster has {info.cpus:g} CPUs)"
+    if available < 1:
+        raise UserError(f"cluster.gpus_per_worker={gpus_per_worker}: the Ray cluster has no {unit}")
+    if requested is None:
+        return available
+    if requested > available:
+        raise UserError(f"--workers {requested}: the Ray cluster only has {available} {unit}; lower --workers")
+    return requested
+
+
+def disconnect(info: ClusterInfo) -> None:
+    if info.started_here and ray.is_initialized():
+        ray.shutdown()

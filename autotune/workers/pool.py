@@ -1,0 +1,107 @@
+"""A pool of trial workers that keeps every worker busy and survives worker deaths."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError
+
+from autotune.backends import TrialRequest
+from autotune.workers.actor import RemoteTrialWorker
+
+log = logging.getLogger(__name__)
+
+WORKER_DEATH = (RayActorError, ActorDiedError, ActorUnavailableError, WorkerCrashedError)
+
+
+@dataclass
+class Finished:
+    """A trial that came back: a result, or the reason its worker died under it."""
+
+    key: Any
+    worker_id: int
+    result: Any = None
+    worker_died: str | None = None
+
+
+@dataclass
+class WorkerPool:
+    backend: str
+    size: int
+    gpus_per_worker: int
+    cpus_per_worker: float
+    backend_kwargs: dict[str, Any] = field(default_factory=dict)
+    _actors: dict[int, Any] = field(default_factory=dict, init=False)
+    _busy: dict[Any, tuple[int, Any]] = field(default_factory=dict, init=False)  # ref -> (worker, key)
+    _next_id: int = field(default=0, init=False)
+    replaced: int = field(default=0, init=False)
+
+    def start(self) -> None:
+        for _ in range(self.size):
+            self._spawn()
+
+    def _spawn(self) -> int:
+        wid = self._next_id
+        self._next_id += 1
+        self._actors[wid] = RemoteTrialWorker.options(
+            num_gpus=self.gpus_per_worker, num_cpus=self.cpus_per_worker, name=None
+        ).remote(self.backend, wid, self.backend_kwargs)
+        return wid
+
+    def idle_workers(self) -> list[int]:
+        busy = {w for w, _ in self._busy.values()}
+        return [w for w in self._actors if w not in busy]
+
+    @property
+    def running(self) -> int:
+        return len(self._busy)
+
+    def submit(self, worker_id: int, key: Any, request: TrialRequest) -> None:
+        ref = self._actors[worker_id].run.remote(request)
+        self._busy[ref] = (worker_id, key)
+
+    def actor(self, worker_id: int) -> Any:
+        return self._actors[worker_id]
+
+    def wait(self, timeout: float | None = None) -> list[Finished]:
+        """Block until at least one trial finishes (or ``timeout``); return all that did."""
+        if not self._busy:
+            return []
+        done, _ = ray.wait(list(self._busy), num_returns=1, timeout=timeout)
+        if done:  # collect everything else already finished without blocking again
+            more, _ = ray.wait([r for r in self._busy if r not in done], num_returns=len(self._busy) - len(done), timeout=0)
+            done = list(done) + list(more)
+        out = []
+        for ref in done:
+            wid, key = self._busy.pop(ref)
+            try:
+                out.append(Finished(key, wid, result=ray.get(ref)))
+            except WORKER_DEATH as e:
+                reason = f"worker {wid} died: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+                log.warning("%s; replacing it", reason)
+                self._replace(wid)
+                out.append(Finished(key, wid, worker_died=reason))
+        return out
+
+    def _replace(self, worker_id: int) -> None:
+        actor = self._actors.pop(worker_id, None)
+        if actor is not None:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # already gone
+                pass
+        self.replaced += 1
+        self._spawn()
+
+    def shutdown(self) -> None:
+        for actor in self._actors.values():
+            try:
+                ray.get(actor.close.remote(), timeout=60)
+            except Exception:
+                pass
+            ray.kill(actor, no_restart=True)
+        self._actors.clear()
+        self._busy.clear()
