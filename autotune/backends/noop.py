@@ -7,6 +7,7 @@ landscape to move on), not a model of anything; never read them as performance.
 from __future__ import annotations
 
 import hashlib
+import time
 
 from autotune.backends.base import TrialRequest
 from autotune.results import RequestRecord, TrialResult, TrialStatus
@@ -19,6 +20,10 @@ class NoopBackend:
         self.requests = requests
 
     def run_trial(self, request: TrialRequest) -> TrialResult:
+        # Tests that kill drivers or workers mid-trial need trials that take a moment.
+        delay = float(request.server.env.get("NOOP_DELAY_S", "0") or 0)
+        if delay > 0:
+            time.sleep(delay)
         h = int(hashlib.sha256(repr(sorted(request.flags.items())).encode()).hexdigest()[:8], 16)
         base = 1.0 + (h % 1000) / 1000.0
         n = min(self.requests, request.workload.num_requests)

@@ -1,0 +1,43 @@
+"""Shared fixtures. One Ray cluster per test session: ray.init costs ~8 s."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+
+REPO = Path(__file__).resolve().parent.parent
+AUTOTUNE = str(Path(sys.executable).with_name("autotune"))
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local Ray with 4 logical GPUs (none are real): 2 workers x 2 GPUs, as on A100 pairs."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=4, num_gpus=4, include_dashboard=False, log_to_driver=False)
+    yield ray.get_runtime_context().gcs_address
+    # Left running for the session; Ray shuts down at interpreter exit.
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
+    """Invoke the CLI entry point in-process, as `autotune ARGS` would, and capture output."""
+    from autotune.cli import main
+
+    old = sys.argv
+    sys.argv = ["autotune", *args]
+    code = 0
+    try:
+        main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv = old
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -1,0 +1,86 @@
+"""The search-space schema: valid files load, bad ones fail with one line naming the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune.errors import UserError
+from autotune.space import load_space
+
+REPO = Path(__file__).resolve().parents[2]
+
+BASE = {
+    "version": 1,
+    "engine": {"backend": "noop", "model": "m", "flags": {"tensor_parallel_size": 2, "max_model_len": 4096}},
+    "params": {"max_num_seqs": {"type": "int", "low": 8, "high": 256, "log": True}},
+}
+
+
+def _write(tmp_path: Path, data) -> Path:
+    p = tmp_path / "space.yaml"
+    p.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return p
+
+
+def _with(**changes):
+    import copy
+
+    d = copy.deepcopy(BASE)
+    for dotted, value in changes.items():
+        cur = d
+        keys = dotted.split("__")
+        for k in keys[:-1]:
+            cur = cur.setdefault(k, {})
+        cur[keys[-1]] = value
+    return d
+
+
+def test_minimal_space_loads_with_defaults(tmp_path):
+    sp = load_space(_write(tmp_path, BASE))
+    assert sp.objective_names == ["oom_per_1k", "p99_e2e_s"]
+    assert sp.workload.num_requests == 1000 and sp.workload.concurrency == 16
+    assert sp.study.sampler == "autotune"
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "search_spaces").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_spaces_load(path):
+    sp = load_space(path)
+    assert sp.params
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (_with(params__max_num_seqs={"type": "int", "low": 300, "high": 8}), "params.max_num_seqs: low (300.0) must be <= high"),
+        (_with(params__block_size={"type": "categorical", "choices": []}), "params.block_size: categorical params need a non-empty"),
+        (_with(params__max_num_seq={"type": "int", "low": 1, "high": 2}), "unknown vLLM flag 'max_num_seq'"),
+        (_with(engine__colour="red"), "engine.colour: unknown key"),
+        (_with(workload__num_requests="many"), "workload.num_requests: Input should be a valid integer"),
+        (_with(version=2), "version: Input should be 1"),
+        (_with(params__enforce_eager={"type": "int", "low": 0, "high": 1}), "enforce_eager: vLLM takes a bool"),
+        (_with(constraints=[{"left": "max_num_batched_tokens", "op": ">=", "right": "max_len"}]),
+         "constraints[0] names unknown param 'max_len'"),
+        (_with(params__max_num_seqs={"type": "int", "low": 8, "high": 64, "when": {"enforce_eager": True}}),
+         "names 'enforce_eager', which is not a searched param"),
+        (_with(engine__flags={"max_num_seqs": 8, "max_model_len": 4096}), "'max_num_seqs' is both fixed"),
+    ],
+)
+def test_schema_errors_name_the_field(tmp_path, data, expected):
+    with pytest.raises(UserError) as e:
+        load_space(_write(tmp_path, data))
+    msg = str(e.value)
+    assert expected in msg
+    assert "\n" not in msg and str(tmp_path / "space.yaml") in msg
+
+
+def test_malformed_yaml_gives_line(tmp_path):
+    with pytest.raises(UserError, match=r"line \d+, column \d+: malformed YAML"):
+        load_space(_write(tmp_path, "version: 1\nparams: [a, b\n"))
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(UserError, match="no such file"):
+        load_space(tmp_path / "nope.yaml")
