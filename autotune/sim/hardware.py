@@ -1,0 +1,119 @@
+"""The GPU table: memory, bandwidths and dense tensor rates, with achievable fractions.
+
+Peak figures are NVIDIA datasheet numbers (dense, i.e. without 2:4 sparsity). The
+``*_eff`` factors turn peaks into what kernels achieve in practice; each is justified in
+docs/simulator.md. ``mem_total_gib`` is what ``torch.cuda.mem_get_info`` reports as the
+device total (a little under the marketing capacity: ECC and driver reservations), which
+is the ``total`` vLLM multiplies by ``gpu_memory_utilization``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autotune.errors import UserError
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    mem_total_gib: float  # device total as torch reports it
+    hbm_tb_s: float  # peak memory bandwidth, TB/s
+    bf16_tflops: float  # dense BF16 tensor-core peak
+    fp8_tflops: float | None  # dense FP8 peak; None: no FP8 tensor cores (weight-only FP8 then)
+    int8_tops: float  # dense INT8 tensor-core peak
+    link_gb_s: float  # GPU-to-GPU bandwidth per direction, GB/s (NVLink or PCIe)
+    link_latency_us: float  # small-message all-reduce latency with vLLM's custom all-reduce
+    source: str
+    # Achievable fractions of peak (see docs/simulator.md, "Hardware").
+    compute_eff: float = 0.70
+    hbm_eff: float = 0.85
+    link_eff: float = 0.75
+
+    @property
+    def mem_total_bytes(self) -> int:
+        return int(self.mem_total_gib * 2**30)
+
+    def matmul_rate(self, precision: str) -> float:
+        """Achievable FLOP/s for the model's GEMMs at this weight/activation precision."""
+        if precision == "fp8" and self.fp8_tflops:
+            peak = self.fp8_tflops
+        elif precision == "int8":
+            peak = self.int8_tops
+        else:
+            # bf16, and weight-only formats (int4 AWQ/GPTQ, fp8 without FP8 units) that
+            # dequantise to bf16 inside the kernel and run bf16 tensor cores.
+            peak = self.bf16_tflops
+        return peak * 1e12 * self.compute_eff
+
+    @property
+    def hbm_rate(self) -> float:
+        return self.hbm_tb_s * 1e12 * self.hbm_eff
+
+    @property
+    def link_rate(self) -> float:
+        return self.link_gb_s * 1e9 * self.link_eff
+
+
+GPUS: dict[str, GpuSpec] = {
+    g.name: g
+    for g in [
+        GpuSpec(
+            "A100-40GB", 39.39, 1.555, 312.0, None, 624.0, 300.0, 8.0,
+            "NVIDIA A100 datasheet (SXM4 40GB): 1,555 GB/s HBM2, 312 TF BF16, 624 TOPS INT8, NVLink3 600 GB/s bidirectional",
+        ),
+        GpuSpec(
+            "A100-80GB", 79.15, 2.039, 312.0, None, 624.0, 300.0, 8.0,
+            "NVIDIA A100 datasheet (SXM4 80GB): 2,039 GB/s HBM2e, 312 TF BF16, 624 TOPS INT8, NVLink3 600 GB/s bidirectional",
+        ),
+        GpuSpec(
+            "H100-80GB", 79.11, 3.35, 989.0, 1979.0, 1979.0, 450.0, 6.0,
+            "NVIDIA H100 datasheet (SXM5): 3.35 TB/s HBM3, 989 TF BF16 dense, 1,979 TF FP8 dense, NVLink4 900 GB/s bidirectional",
+        ),
+        GpuSpec(
+            "H200", 139.81, 4.8, 989.0, 1979.0, 1979.0, 450.0, 6.0,
+            "NVIDIA H200 datasheet (SXM): 141 GB HBM3e at 4.8 TB/s; same Hopper compute and NVLink4 as H100 SXM",
+        ),
+        GpuSpec(
+            "L40S", 44.52, 0.864, 362.05, 733.0, 733.0, 25.0, 20.0,
+            "NVIDIA L40S datasheet: 48 GB GDDR6 at 864 GB/s, 362 TF BF16 dense, 733 TF FP8 dense; no NVLink, PCIe Gen4 x16 (~25 GB/s achievable per direction)",
+            link_eff=1.0,
+        ),
+    ]
+}
+
+_ALIASES: dict[str, str] = {
+    "A10040GB": "A100-40GB",
+    "A100SXM440GB": "A100-40GB",
+    "A10080GB": "A100-80GB",
+    "A100SXM480GB": "A100-80GB",
+    "A100": "A100-80GB",
+    "H10080GB": "H100-80GB",
+    "H100SXM": "H100-80GB",
+    "H100SXM580GB": "H100-80GB",
+    "H10080GBHBM3": "H100-80GB",
+    "H100": "H100-80GB",
+    "H200": "H200",
+    "H200SXM": "H200",
+    "H200141GB": "H200",
+    "L40S": "L40S",
+}
+
+
+def _norm(name: str) -> str:
+    s = name.upper().replace("NVIDIA", "")
+    return "".join(ch for ch in s if ch.isalnum())
+
+
+def known_gpus() -> list[str]:
+    return list(GPUS)
+
+
+def get_gpu(name: str) -> GpuSpec:
+    """The table entry for ``name`` (case, spaces, dashes and an ``NVIDIA`` prefix ignored)."""
+    if name in GPUS:
+        return GPUS[name]
+    canon = _ALIASES.get(_norm(name))
+    if canon is None:
+        raise UserError(f"unknown GPU {name!r} for the simulator: use one of {', '.join(GPUS)}")
+    return GPUS[canon]

@@ -1,0 +1,120 @@
+"""Paged KV blocks with prefix caching by block hash, after vLLM V1's BlockPool.
+
+Blocks are counted, not materialised: the simulator needs how many are free and which
+shared-prefix blocks are cached, not their contents. A block's hash identifies its tokens
+and all tokens before it, so the only blocks two different requests can share are the
+full blocks of the common system prompt, keyed here by their position ``j``.
+
+Freed blocks go to an LRU free queue and keep their hash until reused, so a later request
+can still hit them; allocation takes never-hashed blocks first, then evicts the least
+recently freed cached block (V1 pops the queue head; freshly freed blocks go to the tail,
+a request's blocks in reverse order so its tail is evicted first).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+from autotune.sim.request import SimRequest
+
+
+class BlockPool:
+    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool) -> None:
+        # V1 keeps one "null" block out of circulation.
+        self.capacity = max(num_blocks - 1, 0)
+        self.block_size = block_size
+        self.prefix_caching = prefix_caching
+        self.free_plain = self.capacity  # free and never hashed (or hash dropped)
+        self.cached_free: OrderedDict[int, None] = OrderedDict()  # free prefix blocks, LRU order
+        self.refs: dict[int, int] = {}  # prefix block j -> requests holding it
+        self.hits = 0  # prefix-cache hit blocks (stats)
+        self.queries = 0
+
+    # --- queries ---------------------------------------------------------------------
+    @property
+    def num_free(self) -> int:
+        return self.free_plain + len(self.cached_free)
+
+    @property
+    def num_used(self) -> int:
+        return self.capacity - self.num_free
+
+    def blocks_for(self, tokens: int) -> int:
+        return math.ceil(tokens / self.block_size)
+
+    def lookup(self, req: SimRequest) -> int:
+        """Leading prefix blocks of ``req`` already cached (in use or free). At least one
+        token must still be computed to produce logits, so a full-prompt hit is cut by one."""
+        if not self.prefix_caching or req.prefix_blocks == 0:
+            return 0
+        k = 0
+        while k < req.prefix_blocks and (k in self.refs or k in self.cached_free):
+            k += 1
+        return min(k, (req.num_tokens - 1) // self.block_size)
+
+    def new_blocks_needed(self, req: SimRequest, new_tokens: int, hit_blocks: int = 0) -> int:
+        """Free blocks ``req`` must take to hold ``new_tokens`` more, with ``hit_blocks`` of
+        cached prefix taken by reference (cached-but-free hits also leave the free queue)."""
+        held = req.blocks_held + hit_blocks
+        need = self.blocks_for(req.num_computed + hit_blocks * self.block_size + new_tokens) - held
+        free_hits = sum(1 for j in range(hit_blocks) if j in self.cached_free)
+        return max(need, 0) + free_hits
+
+    # --- mutations ---------------------------------------------------------------------
+    def take_hits(self, req: SimRequest, k: int) -> None:
+        self.hits += k
+        for j in range(k):
+            if j in self.cached_free:
+                del self.cached_free[j]
+            self.refs[j] = self.refs.get(j, 0) + 1
+        req.shared_held = k
+        req.num_computed = k * self.block_size
+        # Blocks after a hit were computed by someone else: this request's copy of any
+        # later prefix block is only registered if nobody holds that hash.
+        req.may_register = True
+
+    def allocate(self, req: SimRequest, new_tokens: int) -> bool:
+        """Give ``req`` blocks for ``new_tokens`` more tokens; False (and no change) if short."""
+        need = self.blocks_for(req.num_computed + new_tokens) - req.blocks_held
+        if need <= 0:
+            return True
+        if need > self.num_free:
+            return False
+        self._take_free(need)
+        req.private_blocks += need
+        return True
+
+    def _take_free(self, n: int) -> None:
+        plain = min(n, self.free_plain)
+        self.free_plain -= plain
+        for _ in range(n - plain):
+            self.cached_free.popitem(last=False)  # evict the least recently freed
+
+    def register_computed(self, req: SimRequest) -> None:
+        """Make ``req``'s newly computed full prefix blocks the cached copy (V1 caches a
+        block as soon as it is full), unless another copy already carries that hash."""
+        if not self.prefix_caching or not req.may_register:
+            return
+        full = min(req.num_computed // self.block_size, req.prefix_blocks)
+        while req.shared_held < full:
+            j = req.shared_held
+            if j in self.refs or j in self.cached_free:
+                req.may_register = False  # a duplicate: stays private
+                return
+            self.refs[j] = 1
+            req.shared_held += 1
+            req.private_blocks -= 1
+
+    def free(self, req: SimRequest) -> None:
+        """Release all of ``req``'s blocks (finished, preempted, or the engine died)."""
+        self.free_plain += req.private_blocks
+        for j in range(req.shared_held - 1, -1, -1):  # reverse: the tail is evicted first
+            n = self.refs[j] - 1
+            if n:
+                self.refs[j] = n
+            else:
+                del self.refs[j]
+                self.cached_free[j] = None
+        req.shared_held = 0
+        req.private_blocks = 0

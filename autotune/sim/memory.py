@@ -1,0 +1,277 @@
+"""Startup memory accounting per GPU, done the way vLLM V1's worker does it.
+
+Order of vLLM's startup (gpu_worker.py / gpu_model_runner.py) and its failure at each step:
+
+1. ``init_device``: snapshot free memory; ``requested = total * gpu_memory_utilization``;
+   fail if free < requested ("Free memory on device ... is less than desired GPU memory
+   utilization"). The CUDA context already exists, so it is *outside* the budget.
+2. ``load_model``: weights / TP; a torch OOM if they do not physically fit.
+3. ``determine_available_memory``: ``profile_run`` with ``max_num_batched_tokens`` tokens
+   and a sampler pass over ``max_num_seqs`` rows; KV memory = requested - (weights + torch
+   activation peak + non-torch increase (NCCL, cuBLAS)), or ``kv_cache_memory_bytes``.
+4. ``check_enough_kv_cache_memory``: "No available memory for the cache blocks" if <= 0,
+   "To serve at least one request with the model's max seq len ..." if one max_model_len
+   request does not fit.
+5. KV tensors allocated (a torch OOM if kv_cache_memory_bytes overcommits the device).
+6. ``capture_model``: CUDA graphs, captured *after* the KV cache, in memory outside the
+   budget: a torch OOM while capturing if the headroom is too small.
+
+:func:`plan_startup` is the single code path: ``predict_startup`` returns it and the
+simulator's engine starts from it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from autotune.results import FailureClass
+from autotune.sim.deploy import Deployment, resolve_deployment
+
+GiB = 2**30
+
+# --- constants (sources and reasoning in docs/simulator.md, "Startup memory") ----------
+CUDA_CONTEXT_GIB = 0.50  # CUDA 12 context + cuBLAS/cuDNN handles, allocated before vLLM's snapshot
+NON_TORCH_BASE_GIB = 0.15  # cuBLAS workspaces and allocator metadata seen as non-torch increase
+NCCL_GIB = 0.35  # NCCL channel buffers + custom all-reduce IPC buffers, TP > 1 only
+SAMPLER_COPIES = 4  # fp32 logits, softmax probs, sorted probs + int64 indices for top-p/top-k
+CG_BASE_GIB = 0.05  # graph-pool bookkeeping and static input buffers
+CG_PER_GRAPH_LAYER_MIB = 0.25  # per captured size per layer (piecewise graphs)
+# Startup time, simulated seconds.
+PROCESS_START_S = 20.0  # imports, engine-core spawn, NCCL init
+LOAD_GB_S = 2.5  # safetensors load rate per rank from local NVMe / page cache
+PROFILE_S = 3.0
+COMPILE_S = 25.0  # torch.compile (V1), cache warm
+CAPTURE_S_PER_SIZE = 0.3  # vLLM: "This usually takes 5~20 seconds"
+
+
+@dataclass(frozen=True)
+class MemBreakdown:
+    """Per-GPU memory in GiB at the end of startup (rank 0; ranks are symmetric)."""
+
+    total: float
+    budget: float  # total * gpu_memory_utilization (or the sum when kv_cache_memory_bytes is set)
+    cuda_context: float
+    weights: float
+    non_torch: float
+    activation_peak: float
+    kv_cache: float
+    cuda_graphs: float
+    headroom: float  # what is physically left for memory vLLM did not account
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: round(v, 4) for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class StartupPrediction:
+    ok: bool
+    failure_reason: str
+    failure_class: FailureClass
+    kv_cache_tokens: int
+    num_gpu_blocks: int
+    mem: MemBreakdown
+    startup_s: float
+    max_concurrency: float  # requests of max_model_len the KV cache holds at once
+    capture_sizes: tuple[int, ...] = ()
+    log: list[str] = field(default_factory=list)  # vLLM-like log lines
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["failure_class"] = str(self.failure_class)
+        return d
+
+
+# --- pieces of the accounting ----------------------------------------------------------
+def capture_sizes(dep: Deployment) -> tuple[int, ...]:
+    """CUDA graph batch sizes vLLM captures: [1, 2, 4] + multiples of 8 below 256 + multiples
+    of 16 from 256, up to max_cudagraph_capture_size (default min(2 * max_num_seqs, 512))."""
+    if not dep.cuda_graphs:
+        return ()
+    sched = dep.config.scheduler
+    cap = dep.config.compilation.max_cudagraph_capture_size or min(2 * sched.max_num_seqs, 512)
+    cap = min(cap, sched.max_num_batched_tokens)
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, cap + 1, 16)]
+    return tuple(s for s in sizes if s <= cap)
+
+
+def forward_activation_bytes(dep: Deployment, tokens: int) -> int:
+    return tokens * dep.arch.activation_bytes_per_token(dep.tp)
+
+
+def sampler_bytes(dep: Deployment, seqs: int) -> int:
+    # Logits are gathered to the full vocabulary and sampled in fp32.
+    return seqs * dep.arch.vocab_size * 4 * SAMPLER_COPIES
+
+
+def profiled_activation_peak(dep: Deployment) -> int:
+    """Torch peak of ``profile_run``: a forward over max_num_batched_tokens, then a sampler
+    pass over max_num_seqs rows while the hidden states are still held."""
+    sched = dep.config.scheduler
+    fwd = forward_activation_bytes(dep, sched.max_num_batched_tokens)
+    hidden = sched.max_num_batched_tokens * dep.arch.hidden_size * 2
+    return max(fwd, hidden + sampler_bytes(dep, sched.max_num_seqs))
+
+
+def non_torch_bytes(dep: Deployment) -> int:
+    gib = NON_TORCH_BASE_GIB + (NCCL_GIB if dep.tp > 1 else 0.0)
+    return int(gib * GiB)
+
+
+def cuda_graph_bytes(dep: Deployment, sizes: tuple[int, ...]) -> int:
+    if not sizes:
+        return 0
+    per_graph = len(sizes) * dep.arch.num_layers * CG_PER_GRAPH_LAYER_MIB * 2**20
+    # The graph pool holds the activations of the largest captured batch (shared by all).
+    return int(CG_BASE_GIB * GiB + per_graph + forward_activation_bytes(dep, max(sizes)))
+
+
+def startup_seconds(dep: Deployment, n_sizes: int) -> float:
+    load = dep.arch.weight_bytes_per_gpu(dep.precision, dep.tp) / (LOAD_GB_S * 1e9)
+    compile_s = COMPILE_S if dep.cuda_graphs else 0.0
+    return PROCESS_START_S + load + PROFILE_S + compile_s + CAPTURE_S_PER_SIZE * n_sizes
+
+
+def _seconds_until(dep: Deployment, n_sizes: int, stage: str) -> float:
+    """Simulated seconds from launch until ``stage`` (ready, or where startup failed)."""
+    if stage == "args":
+        return 5.0  # argument validation fails before any GPU work
+    if stage == "init":
+        return PROCESS_START_S
+    load = dep.arch.weight_bytes_per_gpu(dep.precision, dep.tp) / (LOAD_GB_S * 1e9)
+    if stage in ("load", "profile"):
+        return PROCESS_START_S + load + (PROFILE_S if stage == "profile" else 0.0)
+    return startup_seconds(dep, n_sizes)
+
+
+def _gib(b: float) -> float:
+    return b / GiB
+
+
+def _torch_oom(dep: Deployment, tried: float, free: float) -> str:
+    return (
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {_gib(tried):.2f} GiB. "
+        f"GPU 0 has a total capacity of {dep.gpu.mem_total_gib:.2f} GiB of which {_gib(max(free, 0)):.2f} GiB is free."
+    )
+
+
+def _invalid(dep: Deployment) -> str | None:
+    """Argument checks vLLM makes before touching the GPU (messages as vLLM words them)."""
+    c = dep.config
+    gmu = c.cache.gpu_memory_utilization
+    if gmu > 1.0 or gmu <= 0:
+        return f"GPU memory utilization must be within (0, 1]. Got {gmu}."
+    if dep.arch.num_heads % dep.tp:
+        return (f"Total number of attention heads ({dep.arch.num_heads}) must be divisible by "
+                f"tensor parallel size ({dep.tp}).")
+    if c.model.max_model_len > dep.arch.max_position_embeddings:
+        return (f"User-specified max_model_len ({c.model.max_model_len}) is greater than the derived "
+                f"max_model_len (max_position_embeddings={dep.arch.max_position_embeddings} in model's config.json).")
+    if c.scheduler.max_num_batched_tokens < c.scheduler.max_num_seqs:
+        return (f"max_num_batched_tokens ({c.scheduler.max_num_batched_tokens}) must be greater than or "
+                f"equal to max_num_seqs ({c.scheduler.max_num_seqs}).")
+    if not c.scheduler.enable_chunked_prefill and c.scheduler.max_num_batched_tokens < c.model.max_model_len:
+        return (f"max_num_batched_tokens ({c.scheduler.max_num_batched_tokens}) is smaller than max_model_len "
+                f"({c.model.max_model_len}). This effectively limits the maximum sequence length to "
+                "max_num_batched_tokens and makes vLLM reject longer sequences. Please increase "
+                "max_num_batched_tokens or decrease max_model_len.")
+    if c.cache.block_size not in (1, 8, 16, 32, 64, 128):
+        return f"block_size {c.cache.block_size} is not one of [1, 8, 16, 32, 64, 128]"
+    return None
+
+
+# --- the plan -----------------------------------------------------------------------------
+def plan_startup(dep: Deployment) -> StartupPrediction:
+    """Replay vLLM's startup accounting for ``dep``; the first failing step ends it."""
+    total = dep.gpu.mem_total_bytes
+    gmu = dep.config.cache.gpu_memory_utilization
+    ctx = int(CUDA_CONTEXT_GIB * GiB)
+    weights = dep.arch.weight_bytes_per_gpu(dep.precision, dep.tp)
+    non_torch = non_torch_bytes(dep)
+    act = profiled_activation_peak(dep)
+    sizes = capture_sizes(dep)
+    cg = cuda_graph_bytes(dep, sizes)
+    kv_override = dep.config.cache.kv_cache_memory_bytes
+    requested = total * gmu
+    log: list[str] = []
+
+    def result(ok: bool, reason: str, cls: FailureClass, kv_bytes: int = 0, blocks: int = 0,
+               graphs: int = 0, stage: str = "ready") -> StartupPrediction:
+        used = weights + non_torch + act + kv_bytes
+        budget = requested if kv_override is None else used
+        headroom = total - ctx - used - graphs
+        mem = MemBreakdown(
+            total=_gib(total), budget=_gib(budget), cuda_context=_gib(ctx), weights=_gib(weights),
+            non_torch=_gib(non_torch), activation_peak=_gib(act), kv_cache=_gib(kv_bytes),
+            cuda_graphs=_gib(graphs), headroom=_gib(headroom),
+        )
+        tokens = blocks * dep.block_size
+        blocks_per_req = math.ceil(dep.max_model_len / dep.block_size)
+        conc = (blocks - 1) / blocks_per_req if blocks else 0.0
+        return StartupPrediction(ok, reason, cls, tokens, blocks, mem,
+                                 _seconds_until(dep, len(sizes), stage), conc, sizes, log)
+
+    bad = _invalid(dep)
+    if bad:
+        return result(False, bad, FailureClass.INVALID_CONFIG, stage="args")
+
+    free = total - ctx
+    if kv_override is None and free < requested:
+        return result(False, (
+            f"Free memory on device ({_gib(free):.2f}/{_gib(total):.2f} GiB) on startup is less than desired "
+            f"GPU memory utilization ({gmu}, {_gib(requested):.2f} GiB). Decrease GPU memory utilization or "
+            "reduce GPU memory used by other processes."), FailureClass.STARTUP_OOM, stage="init")
+
+    if weights + non_torch > free:
+        return result(False, _torch_oom(dep, weights + non_torch - free + 1, free - non_torch)
+                      + " (while loading model weights)", FailureClass.STARTUP_OOM, stage="load")
+    log.append(f"Model loading took {_gib(weights):.4f} GiB")
+    if weights + non_torch + act > free:
+        return result(False, _torch_oom(dep, act, free - weights - non_torch) + " (during profile_run)",
+                      FailureClass.STARTUP_OOM, stage="profile")
+
+    available = kv_override if kv_override is not None else int(requested - (weights + non_torch + act))
+    log.append(f"Available KV cache memory: {_gib(available):.2f} GiB")
+    conserve = " See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+    if available <= 0:
+        return result(False, "No available memory for the cache blocks. Try increasing "
+                      "`gpu_memory_utilization` when initializing the engine." + conserve,
+                      FailureClass.STARTUP_OOM, stage="profile")
+
+    page = dep.block_size * dep.kv_bytes_per_token  # one block across all layers
+    needed = math.ceil(dep.max_model_len / dep.block_size) * page
+    if needed > available - page:  # the null block is held back (V1 BlockPool)
+        est = max(0, (available - page) // dep.kv_bytes_per_token // dep.block_size * dep.block_size)
+        est_msg = f"Based on the available memory, the estimated maximum model length is {est}. " if est else ""
+        return result(False, (
+            f"To serve at least one request with the model's max seq len ({dep.max_model_len}), "
+            f"({_gib(needed):.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
+            f"({_gib(available):.2f} GiB). {est_msg}Try increasing `gpu_memory_utilization` or decreasing "
+            "`max_model_len` when initializing the engine." + conserve), FailureClass.STARTUP_OOM, stage="profile")
+
+    blocks = available // page
+    kv_bytes = blocks * page
+    if weights + non_torch + act + kv_bytes > free:
+        return result(False, _torch_oom(dep, kv_bytes, free - weights - non_torch - act)
+                      + " (allocating the KV cache)", FailureClass.STARTUP_OOM, kv_bytes, blocks, stage="profile")
+    log.append(f"GPU KV cache size: {blocks * dep.block_size:,} tokens")
+    log.append(f"Maximum concurrency for {dep.max_model_len:,} tokens per request: "
+               f"{(blocks - 1) / math.ceil(dep.max_model_len / dep.block_size):.2f}x")
+
+    left = free - (weights + non_torch + act + kv_bytes)
+    if cg > left:
+        return result(False, _torch_oom(dep, cg - max(left, 0) + 2**20 * 20, left)
+                      + " (while capturing CUDA graphs; consider --enforce-eager or a lower "
+                      "gpu_memory_utilization)", FailureClass.STARTUP_OOM, kv_bytes, blocks, cg, stage="ready")
+    if sizes:
+        log.append(f"Graph capturing finished in {CAPTURE_S_PER_SIZE * len(sizes):.0f} secs, took {_gib(cg):.2f} GiB")
+    return result(True, "", FailureClass.NONE, kv_bytes, blocks, cg)
+
+
+def predict_startup(model: str, gpu: str, flags: dict[str, Any]) -> StartupPrediction:
+    """Whether vLLM would start with ``flags`` on ``gpu``, and its memory, without simulating.
+
+    Exactly the accounting the simulator's startup uses. Unknown model/GPU raise UserError.
+    """
+    return plan_startup(resolve_deployment(model, gpu, flags))

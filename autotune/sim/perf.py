@@ -1,0 +1,117 @@
+"""Execution time of one engine step: a roofline plus the overheads around it.
+
+    t_step = max(FLOPs / achievable_rate, bytes / achievable_bandwidth)
+             + 2 * layers * all_reduce(tokens * hidden * 2 B)        (TP > 1)
+             + eager kernel-launch overhead                          (no CUDA graph for this batch)
+             + CPU scheduling overhead (per step + per sequence)
+
+FLOPs: decoder GEMMs (2 x params/TP per token), LM head per sequence, attention
+(4 x heads/TP x head_dim x new x context). Bytes: all weights of the rank once per step,
+the KV read by attention and the KV written. Every constant is in docs/simulator.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autotune.sim.deploy import Deployment
+from autotune.sim.memory import capture_sizes
+
+EAGER_KERNELS_PER_LAYER = 14  # norms, qkv, rope, attention, o, 2 all-reduces, gate_up, act, down, adds
+LAUNCH_US = 4.0  # per kernel, CPU dispatch through PyTorch eager + lost torch.compile fusion
+CPU_STEP_US = 1000.0  # V1 scheduler, input preparation, output processing per step
+CPU_SEQ_US = 10.0  # per scheduled sequence (block tables, sampling params, detokenisation)
+NCCL_LATENCY_US = 20.0  # small-message NCCL ring all-reduce latency (custom all-reduce off)
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Linear pieces of a step's cost, so a run of k decode steps can be summed exactly."""
+
+    flops: float
+    bytes: float
+    fixed_s: float  # all-reduce + launch + CPU overhead
+
+
+class PerfModel:
+    def __init__(self, dep: Deployment) -> None:
+        a, g, tp = dep.arch, dep.gpu, dep.tp
+        self.dep = dep
+        self.rate = g.matmul_rate(dep.precision)
+        # Attention runs in the KV cache's dtype on bf16 tensor cores.
+        self.attn_rate = g.matmul_rate("bf16")
+        self.bw = g.hbm_rate
+        self.weight_bytes = a.weight_bytes_per_gpu(dep.precision, tp)
+        self.kv_tok = dep.kv_bytes_per_token
+        self.gemm_flops_tok = a.matmul_flops_per_token(tp)
+        self.lm_flops_seq = a.lm_head_flops_per_seq(tp)
+        self.attn_coef = 4.0 * a.num_layers * (a.num_heads / tp) * a.head_dim
+        self.layers = a.num_layers
+        self.hidden = a.hidden_size
+        self.tp = tp
+        sizes = capture_sizes(dep)
+        self.max_graph_batch = max(sizes) if sizes else 0
+        custom_ar = not dep.flags.get("disable_custom_all_reduce", False)
+        self.ar_latency = (g.link_latency_us if custom_ar else NCCL_LATENCY_US) * 1e-6
+        self.link = g.link_rate
+        self.launch_s = self.layers * EAGER_KERNELS_PER_LAYER * LAUNCH_US * 1e-6
+
+    def all_reduce_s(self, tokens: int) -> float:
+        if self.tp == 1:
+            return 0.0
+        msg = tokens * self.hidden * 2
+        per = self.ar_latency + 2 * (self.tp - 1) / self.tp * msg / self.link
+        return 2 * self.layers * per
+
+    def fixed_s(self, tokens: int, seqs: int, decode_only: bool) -> float:
+        # CUDA graphs replay whole decode batches up to the largest captured size; mixed
+        # prefill batches run piecewise graphs (attention outside), so they pay about half.
+        if self.max_graph_batch and decode_only and seqs <= self.max_graph_batch:
+            launch = 0.0
+        elif self.max_graph_batch and tokens <= self.max_graph_batch:
+            launch = 0.5 * self.launch_s
+        else:
+            launch = self.launch_s
+        return self.all_reduce_s(tokens) + launch + (CPU_STEP_US + CPU_SEQ_US * seqs) * 1e-6
+
+    def cost(self, tokens: int, seqs: int, attn_work: float, kv_read_tokens: int, decode_only: bool) -> StepCost:
+        """``attn_work`` = sum over sequences of new x (context_before + (new + 1) / 2)."""
+        flops_gemm = self.gemm_flops_tok * tokens + self.lm_flops_seq * seqs
+        flops = flops_gemm + self.attn_coef * attn_work * (self.rate / self.attn_rate)
+        byts = self.weight_bytes + self.kv_tok * (kv_read_tokens + tokens)
+        return StepCost(flops, byts, self.fixed_s(tokens, seqs, decode_only))
+
+    def time(self, c: StepCost) -> float:
+        return max(c.flops / self.rate, c.bytes / self.bw) + c.fixed_s
+
+    def decode_run_s(self, c0: StepCost, d_flops: float, d_bytes: float, k: int) -> float:
+        """Sum of k consecutive decode steps whose FLOPs and bytes grow by d_* per step
+        (the KV each sequence reads grows by one token a step): sum of a max of two
+        arithmetic series, split where they cross."""
+        a1, b1 = c0.flops / self.rate, d_flops / self.rate
+        a2, b2 = c0.bytes / self.bw, d_bytes / self.bw
+        total = k * c0.fixed_s
+        return total + _sum_max_linear(a1, b1, a2, b2, k)
+
+
+def _arith(a: float, b: float, j0: int, j1: int) -> float:
+    """sum_{j=j0}^{j1-1} (a + b j)."""
+    n = j1 - j0
+    if n <= 0:
+        return 0.0
+    return n * a + b * (j0 + j1 - 1) * n / 2
+
+
+def _sum_max_linear(a1: float, b1: float, a2: float, b2: float, k: int) -> float:
+    if b1 == b2:
+        return _arith(max(a1, a2), b1, 0, k)
+    cross = (a2 - a1) / (b1 - b2)  # where line 1 overtakes line 2 (or the reverse)
+    split = min(max(int(cross) + 1, 0), k) if cross >= 0 else 0
+    first_is_1 = a1 >= a2  # which line is on top before the crossing
+    if split <= 0 or split >= k:
+        # No crossing inside [0, k): the larger line at the midpoint wins throughout.
+        mid = (k - 1) / 2
+        return _arith(a1, b1, 0, k) if a1 + b1 * mid >= a2 + b2 * mid else _arith(a2, b2, 0, k)
+    head = _arith(a1, b1, 0, split) if first_is_1 else _arith(a2, b2, 0, split)
+    tail = _arith(a2, b2, split, k) if first_is_1 else _arith(a1, b1, split, k)
+    return head + tail

@@ -1,0 +1,215 @@
+"""vLLM V1's continuous-batching scheduler, reduced to what moves latency and memory.
+
+Each step has a token budget (max_num_batched_tokens) and a sequence cap (max_num_seqs).
+Running requests are scheduled first, in order, each taking what it still needs (one
+token when decoding, a chunk when prefilling); when their KV blocks cannot be allocated,
+the *last* running request is preempted by recompute (blocks freed, progress kept as
+prompt, back to the front of the waiting queue). Only if nothing was preempted, waiting
+requests are admitted FCFS while budget, sequence cap and free blocks allow, after a
+prefix-cache lookup. Without chunked prefill, a prompt must fit the remaining budget whole.
+
+:meth:`Scheduler.decode_run_length` finds how many pure-decode steps can be taken at once
+with nothing changing the batch, which is what makes the simulation fast.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from autotune.sim.deploy import Deployment
+from autotune.sim.kv_cache import BlockPool
+from autotune.sim.request import SimRequest
+
+
+@dataclass(slots=True)
+class StepPlan:
+    items: list[tuple[SimRequest, int]] = field(default_factory=list)  # (request, new tokens)
+    tokens: int = 0
+    attn_work: float = 0.0  # sum of new x (context_before + (new + 1) / 2)
+    kv_read: int = 0  # cached tokens attention reads
+    decode_only: bool = True
+
+    def add(self, req: SimRequest, n: int) -> None:
+        ctx = req.num_computed
+        self.items.append((req, n))
+        self.tokens += n
+        self.attn_work += n * (ctx + (n + 1) / 2)
+        self.kv_read += ctx
+        if n != 1 or req.num_tokens - req.num_computed != 1:
+            self.decode_only = False
+
+
+class Scheduler:
+    def __init__(self, dep: Deployment, pool: BlockPool) -> None:
+        sc = dep.config.scheduler
+        self.max_seqs = sc.max_num_seqs
+        self.budget = sc.max_num_batched_tokens
+        self.chunked = sc.enable_chunked_prefill
+        self.pool = pool
+        self.running: list[SimRequest] = []
+        self.waiting: deque[SimRequest] = deque()
+        self.preemptions = 0
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def add(self, req: SimRequest) -> None:
+        self.waiting.append(req)
+
+    # --- one step --------------------------------------------------------------------------
+    def schedule(self) -> StepPlan:
+        plan = StepPlan()
+        budget = self.budget
+        running, pool = self.running, self.pool
+        preempted = False
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            n = min(req.num_tokens - req.num_computed, budget)
+            scheduled = True
+            while not pool.allocate(req, n):
+                victim = running.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim is req:
+                    scheduled = False
+                    break
+            if not scheduled:
+                break
+            plan.add(req, n)
+            budget -= n
+            i += 1
+        if not preempted:
+            budget = self._admit(plan, budget)
+        return plan
+
+    def _preempt(self, req: SimRequest) -> None:
+        self.pool.free(req)
+        req.reset_for_recompute()
+        self.waiting.appendleft(req)
+        self.preemptions += 1
+
+    def _admission(self, req: SimRequest, budget: int) -> tuple[int, int, int] | None:
+        """(prefix-hit blocks, tokens to schedule, free blocks needed), or None if the
+        prompt cannot be scheduled in this budget."""
+        hits = self.pool.lookup(req) if req.num_computed == 0 else 0
+        todo = req.num_tokens - req.num_computed - hits * self.pool.block_size
+        if not self.chunked and todo > budget:
+            return None
+        n = min(todo, budget)
+        return hits, n, self.pool.new_blocks_needed(req, n, hits)
+
+    def _admit(self, plan: StepPlan, budget: int) -> int:
+        pool, running, waiting = self.pool, self.running, self.waiting
+        while waiting and budget > 0 and len(running) < self.max_seqs:
+            req = waiting[0]
+            adm = self._admission(req, budget)
+            if adm is None or adm[2] > pool.num_free:
+                break
+            hits, n, _ = adm
+            if req.num_computed == 0:
+                pool.queries += req.prefix_blocks
+            if hits:
+                pool.take_hits(req, hits)
+            ok = pool.allocate(req, n)
+            assert ok, "admission check and allocation disagree"
+            waiting.popleft()
+            running.append(req)
+            plan.add(req, n)
+            budget -= n
+        return budget
+
+    def finish_step(self, plan: StepPlan, t_end: float) -> list[SimRequest]:
+        """Apply a step's progress; return the requests that finished (blocks freed)."""
+        done: list[SimRequest] = []
+        pool = self.pool
+        for req, n in plan.items:
+            req.num_computed += n
+            if req.prefix_blocks > req.shared_held:
+                pool.register_computed(req)
+            if req.num_computed == req.num_tokens:
+                req.generated += 1
+                if req.first_token_s is None:
+                    req.first_token_s = t_end
+                if req.generated >= req.output_len:
+                    done.append(req)
+        if done:
+            self._retire(done)
+        return done
+
+    def _retire(self, done: list[SimRequest]) -> None:
+        gone = set(map(id, done))
+        self.running = [r for r in self.running if id(r) not in gone]
+        for r in done:
+            self.pool.free(r)
+
+    # --- many decode steps at once -----------------------------------------------------
+    def decode_run_length(self, cap: int) -> int:
+        """How many pure-decode steps (<= cap) can run with the batch unchanged: every
+        running request decoding, no completion before the last of them, nobody admitted,
+        and blocks for all of them free now (so no preemption). 0 or 1: step normally."""
+        running = self.running
+        if not running or len(running) > self.budget or cap < 2:
+            return 0
+        k = cap
+        for r in running:
+            if r.num_tokens - r.num_computed != 1:
+                return 0
+            if r.remaining_output < k:
+                k = r.remaining_output
+        if k < 2:
+            return 0
+        if self._could_admit():
+            return 0
+        free = self.pool.num_free
+        if self._blocks_for_run(k) <= free:
+            return k
+        lo, hi = 1, k  # largest k whose blocks fit
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._blocks_for_run(mid) <= free:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo if self._blocks_for_run(lo) <= free else 0
+
+    def _blocks_for_run(self, k: int) -> int:
+        bs = self.pool.block_size
+        return sum(max(-(-(r.num_computed + k) // bs) - r.blocks_held, 0) for r in self.running)
+
+    def _could_admit(self) -> bool:
+        """Whether a normal step now would admit a waiting request. Free blocks only shrink
+        while decoding, so if it cannot now, it cannot until something finishes."""
+        if not self.waiting or len(self.running) >= self.max_seqs:
+            return False
+        budget = self.budget - len(self.running)
+        if budget <= 0:
+            return False
+        adm = self._admission(self.waiting[0], budget)
+        if adm is None:
+            return False
+        return adm[2] <= self.pool.num_free - self._blocks_for_run(1)
+
+    def advance_decode(self, k: int) -> list[SimRequest]:
+        """Apply k decode steps to every running request (blocks checked by the caller)."""
+        done: list[SimRequest] = []
+        pool = self.pool
+        for r in self.running:
+            ok = pool.allocate(r, k)
+            assert ok, "decode run allocated more blocks than were free"
+            r.num_computed += k
+            r.generated += k
+            if r.generated >= r.output_len:
+                done.append(r)
+        if done:
+            self._retire(done)
+        return done
+
+    def drop_all(self) -> list[SimRequest]:
+        """The engine died: every request it held is lost; the block pool goes with it."""
+        lost = list(self.running) + list(self.waiting)
+        self.running = []
+        self.waiting = deque()
+        return lost

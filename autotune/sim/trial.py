@@ -1,0 +1,38 @@
+"""One simulated trial, from flags to a TrialResult: resolve, plan startup, simulate."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from autotune.backends.base import EarlyStopRule
+from autotune.errors import UserError
+from autotune.results import FailureClass, TrialResult, startup_failure
+from autotune.sim.deploy import resolve_deployment
+from autotune.sim.engine import TrialSim
+from autotune.sim.hardware import get_gpu
+from autotune.sim.memory import plan_startup
+from autotune.sim.model import resolve_model
+from autotune.workload import WorkloadSpec
+
+
+def simulate_trial(model: str, gpu: str, flags: Mapping[str, Any], workload: WorkloadSpec,
+                   seed: int = 0, early_stop: EarlyStopRule | None = None) -> TrialResult:
+    """Start a simulated vLLM with ``flags`` and run the workload's benchmark on it.
+
+    An unknown model or GPU raises UserError (the space is wrong, not the trial); a flag
+    vLLM would reject and a startup that fails come back as startup_failed results.
+    """
+    resolve_model(model)
+    get_gpu(gpu)
+    try:
+        dep = resolve_deployment(model, gpu, flags)
+    except UserError as e:
+        return startup_failure("sim", FailureClass.INVALID_CONFIG, str(e), [str(e)], workload.num_requests)
+    plan = plan_startup(dep)
+    if not plan.ok:
+        res = startup_failure("sim", plan.failure_class, plan.failure_reason,
+                              [*plan.log, plan.failure_reason], workload.num_requests, plan.startup_s)
+        res.extra = {"simulated": True, "mem_gib": plan.mem.as_dict()}
+        return res
+    return TrialSim(dep, plan, workload, seed, early_stop).run()
