@@ -31,6 +31,11 @@ class GpuSpec:
     link_eff: float = 0.75
 
     @property
+    def memory_gib(self) -> float:
+        """Alias of ``mem_total_gib`` (the study driver reads this name)."""
+        return self.mem_total_gib
+
+    @property
     def mem_total_bytes(self) -> int:
         return int(self.mem_total_gib * 2**30)
 

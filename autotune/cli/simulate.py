@@ -1,0 +1,112 @@
+"""`autotune simulate`: one simulated trial of a space's fixed engine and workload."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from autotune.cli.app import app
+from autotune.engine import FLAG_SPECS
+from autotune.errors import UserError
+from autotune.results import TrialResult
+from autotune.space import load_space
+
+JSON_KEYS = (
+    "p50_e2e_s", "p90_e2e_s", "p99_e2e_s", "mean_e2e_s", "p50_ttft_s", "p99_ttft_s", "mean_tpot_s",
+    "p99_tpot_s", "oom_per_1k", "crashes", "preemptions", "output_tok_per_s", "requests", "requests_ok",
+    "requests_oom", "kv_cache_tokens", "startup_s", "duration_s", "gpu_time_s",
+)
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """``flag=value`` pairs typed by the flag's vLLM type; ``flag=none`` means vLLM's default."""
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or not name:
+            raise UserError(f"--set {item!r}: expected flag=value, e.g. --set gpu_memory_utilization=0.85")
+        spec = FLAG_SPECS.get(name)
+        if spec is None:
+            raise UserError(f"--set {item!r}: unknown vLLM flag {name!r}; use vLLM's EngineArgs name (e.g. max_num_seqs)")
+        raw = raw.strip()
+        if raw.lower() in ("none", "null", "default"):
+            out[name] = None
+            continue
+        try:
+            if spec.type is bool:
+                if raw.lower() not in _TRUE | _FALSE:
+                    raise ValueError
+                value: Any = raw.lower() in _TRUE
+            else:
+                value = spec.type(raw)
+        except ValueError:
+            raise UserError(f"--set {item!r}: {name} takes a {spec.type.__name__}, not {raw!r}") from None
+        if spec.choices and value not in spec.choices:
+            raise UserError(f"--set {item!r}: {name} must be one of {', '.join(map(str, spec.choices))}")
+        out[name] = value
+    return out
+
+
+def _clean(v: float) -> float | None:
+    return None if isinstance(v, float) and math.isnan(v) else v
+
+
+def summary(result: TrialResult) -> dict[str, Any]:
+    m = result.metrics()
+    out: dict[str, Any] = {
+        "simulated": True,
+        "status": str(result.status),
+        "failure_class": str(result.failure_class),
+        "failure_reason": result.failure_reason,
+    }
+    out.update({k: _clean(m[k]) for k in JSON_KEYS})
+    for k in ("crashes", "preemptions", "requests", "requests_ok", "requests_oom", "kv_cache_tokens"):
+        out[k] = int(m[k])
+    out["peak_mem_gib"] = result.peak_mem_gib
+    out["early_stopped"] = result.early_stopped
+    out["mem_gib"] = result.extra.get("mem_gib", {})
+    out["prefix_cache_hit_rate"] = result.server_metrics.get("prefix_cache_hit_rate")
+    return out
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+@app.command()
+def simulate(
+    space: Annotated[Path, typer.Option("--space", help="search-space YAML (engine and workload are used)")],
+    set_: Annotated[list[str] | None, typer.Option("--set", help="flag=value (vLLM name); repeatable")] = None,
+    seed: Annotated[int, typer.Option(help="trial seed: simulator noise")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Run one SIMULATED trial: the space's fixed flags, --set overrides, vLLM defaults for the rest."""
+    from autotune.sim import simulate_trial
+
+    sp = load_space(space)
+    flags = {**sp.fixed_flags(), **parse_set(set_ or [])}
+    result = simulate_trial(sp.engine.model, sp.engine.gpu, flags, sp.workload, seed=seed)
+    out = summary(result)
+    if as_json:
+        typer.echo(json.dumps(out, sort_keys=True))
+        return
+    typer.echo(f"SIMULATED trial (not a GPU measurement): {sp.engine.model} on {sp.engine.gpu}")
+    typer.echo(f"  flags: {json.dumps({k: v for k, v in flags.items() if v is not None}, sort_keys=True)}")
+    typer.echo(f"  status: {out['status']}" + (f" ({out['failure_reason']})" if out["failure_reason"] else ""))
+    for k in ("kv_cache_tokens", "p50_e2e_s", "p99_e2e_s", "p99_ttft_s", "mean_tpot_s", "oom_per_1k", "crashes",
+              "preemptions", "output_tok_per_s", "requests", "peak_mem_gib", "prefix_cache_hit_rate"):
+        typer.echo(f"  {k}: {_fmt(out[k])}")
+    mem = out["mem_gib"]
+    if mem:
+        typer.echo("  memory per GPU (GiB): " + ", ".join(f"{k} {v:.2f}" for k, v in mem.items()))
