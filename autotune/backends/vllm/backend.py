@@ -1,0 +1,496 @@
+"""The real vLLM backend: one trial = start a server, run the fixed benchmark, classify, stop.
+
+Engine deaths follow the simulator's semantics exactly: requests in flight when the engine
+dies get ``oom`` (runtime OOM) or ``error`` (any other death, a hang included); unsent
+requests are held while a new server starts (its startup counts in ``gpu_time_s``); after
+``workload.max_restarts`` restarts the remaining requests count as ``oom``/``error`` like
+the last death; ``crashes`` counts engine deaths.
+
+No Optuna, Ray or MLflow here: plain data in, a TrialResult out. A failed trial is a
+result; only a worker-level problem (GPU memory not coming back) raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+import numpy as np
+
+from autotune.backends.base import EarlyStopRule, TrialRequest
+from autotune.backends.vllm.classify import (
+    Classification,
+    classify_death,
+    classify_startup,
+    kv_cache_tokens_from_log,
+    non_default_args_from_log,
+    read_log_lines,
+)
+from autotune.backends.vllm.metrics import MetricsDelta, Snapshot, parse_metrics
+from autotune.backends.vllm.server import (
+    ServerProcess,
+    build_command,
+    free_port,
+    launch_header,
+    served_model_name,
+)
+from autotune.backends.vllm.weights import prefetch_weights
+from autotune.loadgen import LoadGenerator, PhaseEnd, RequestOutcome, p99_lower_bound
+from autotune.results import (
+    FailureClass,
+    RequestRecord,
+    RequestStatus,
+    TrialResult,
+    TrialStatus,
+    startup_failure,
+)
+from autotune.telemetry import NvmlReport, NvmlSampler
+from autotune.workload import TraceRequest, generate_trace
+
+T = TypeVar("T")
+EventHook = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class _Tally:
+    """Running totals for the early-stop rule, over every phase of the trial."""
+
+    rule: EarlyStopRule | None
+    total: int
+    done: int = 0
+    ooms: int = 0
+    ok_e2e: list[float] = field(default_factory=list)
+
+    def add(self, status: RequestStatus, e2e: float | None) -> None:
+        self.done += 1
+        if status == RequestStatus.OOM:
+            self.ooms += 1
+        elif status == RequestStatus.OK and e2e is not None:
+            self.ok_e2e.append(e2e)
+
+    def should_stop(self) -> bool:
+        if self.rule is None:
+            return False
+        return self.rule.should_stop(self.done, self.total, self.ooms, p99_lower_bound(self.ok_e2e, self.total - self.done))
+
+
+async def scrape_metrics(session: aiohttp.ClientSession, base_url: str, timeout_s: float = 10.0) -> Snapshot | None:
+    try:
+        async with session.get(base_url + "/metrics", timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+            if r.status != 200:
+                return None
+            return parse_metrics(await r.text())
+    except (aiohttp.ClientError, OSError, TimeoutError):
+        return None
+
+
+class _ServerWatch:
+    """The load generator's view of engine health; also samples /metrics gauges while it runs."""
+
+    def __init__(self, server: ServerProcess, session: aiohttp.ClientSession, delta: MetricsDelta,
+                 metrics_interval_s: float):
+        self.server = server
+        self.session = session
+        self.delta = delta
+        self.metrics_interval_s = metrics_interval_s
+        self.last: Snapshot | None = None
+        self._last_scrape = 0.0
+
+    async def _health(self) -> int | None:
+        try:
+            async with self.session.get(self.server.base_url + "/health",
+                                        timeout=aiohttp.ClientTimeout(total=5.0)) as r:
+                return r.status
+        except TimeoutError:
+            return -1  # busy, not dead: a stuck engine is the hang watchdog's call
+        except (aiohttp.ClientError, OSError):
+            return None
+
+    async def dead(self) -> str | None:
+        for attempt in range(2):
+            rc = self.server.exit_code()
+            if rc is not None:
+                return f"server process exited with status {rc}"
+            status = await self._health()
+            if status in (200, -1):
+                if status == 200:
+                    await self._maybe_scrape()
+                return None
+            if attempt == 0:
+                await asyncio.sleep(0.5)  # one confirmation: a refused connect can race a restarting listener
+        rc = self.server.exit_code()
+        if rc is not None:
+            return f"server process exited with status {rc}"
+        return f"/health failing ({'no answer' if status is None else f'HTTP {status}'})"
+
+    async def _maybe_scrape(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_scrape < self.metrics_interval_s:
+            return
+        self._last_scrape = now
+        snap = await scrape_metrics(self.session, self.server.base_url, timeout_s=5.0)
+        if snap is not None:
+            self.last = snap
+            self.delta.observe_gauges(snap)
+
+
+def _run_coro(coro: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run, or in a fresh thread when this thread already runs a loop (async Ray actors)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as e:  # re-raised in the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=target, name="vllm-trial")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _local_model_config(model: str) -> dict[str, Any]:
+    p = Path(model) / "config.json"
+    try:
+        return json.loads(p.read_text())
+    except (OSError, ValueError):
+        pass
+    try:  # a hub model already in the cache (huggingface_hub comes with vLLM, not with us)
+        from huggingface_hub import try_to_load_from_cache
+
+        path = try_to_load_from_cache(model, "config.json")
+        if isinstance(path, str):
+            return json.loads(Path(path).read_text())
+    except Exception:
+        pass
+    return {}
+
+
+def _vocab_size(model: str, config: dict[str, Any]) -> int | None:
+    """Highest safe token ID + 1: the smaller of the model's and the tokenizer's vocabulary."""
+    sizes = [int(config["vocab_size"])] if config.get("vocab_size") else []
+    tok = Path(model) / "tokenizer.json"
+    if tok.is_file():
+        try:
+            data = json.loads(tok.read_text())
+            sizes.append(len(data["model"]["vocab"]) + len(data.get("added_tokens") or []))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    return min(sizes) if sizes else None
+
+
+def _pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else math.nan
+
+
+class VllmBackend:
+    """Real vLLM trials. One instance per worker: it remembers the GPUs' baseline memory."""
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        hang_timeout_s: float = 120.0,
+        stop_grace_s: float = 30.0,
+        watch_interval_s: float = 0.5,
+        metrics_interval_s: float = 2.0,
+        gpu_release_timeout_s: float = 180.0,
+        gpu_release_tolerance_gib: float = 0.5,
+        nvml: Any = None,
+        events: EventHook | None = None,
+    ):
+        self.hang_timeout_s = hang_timeout_s
+        self.stop_grace_s = stop_grace_s
+        self.watch_interval_s = watch_interval_s
+        self.metrics_interval_s = metrics_interval_s
+        self.gpu_release_timeout_s = gpu_release_timeout_s
+        self.gpu_release_tolerance_gib = gpu_release_tolerance_gib
+        self._nvml_module = nvml
+        self._sampler: NvmlSampler | None = None
+        self.events = events
+        self._servers: list[ServerProcess] = []  # running now (stopped on close)
+        self._trial_starts: list[ServerProcess] = []  # every start of the current trial
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _emit(self, name: str, **info: Any) -> None:
+        if self.events is not None:
+            self.events(name, info)
+
+    def _gpu_ready(self, env: dict[str, str]) -> dict[str, Any]:
+        """Baseline on the first trial; before later ones, wait for memory to come back to it."""
+        if self._sampler is None:
+            self._sampler = NvmlSampler(nvml=self._nvml_module, env=env)
+            if self._sampler.available:
+                self._sampler.record_baseline()
+                return {"baseline_used_gib": self._sampler.baseline_used_gib, "waited_s": 0.0}
+            return {"unavailable": self._sampler.reason}
+        if not self._sampler.available:
+            return {"unavailable": self._sampler.reason}
+        waited = self._sampler.wait_for_baseline(self.gpu_release_tolerance_gib, self.gpu_release_timeout_s)
+        return {"baseline_used_gib": self._sampler.baseline_used_gib, "waited_s": round(waited, 3)}
+
+    def _new_server(self, req: TrialRequest, env: dict[str, str], log: Path, start_no: int) -> ServerProcess:
+        port = free_port(req.server.host)
+        argv = build_command(req.server, req.flags, port)
+        shown = {k: v for k, v in env.items() if k in req.server.env or k == "CUDA_VISIBLE_DEVICES"}
+        srv = ServerProcess(argv=argv, env=env, log_path=log, host=req.server.host, port=port)
+        note = f"trial {req.trial_number} server start {start_no}" + (" (restart)" if start_no else "")
+        srv.start(header=launch_header(argv, shown, note))
+        self._servers.append(srv)
+        self._trial_starts.append(srv)
+        self._emit("server_started", pid=srv.pid, port=port, start=start_no, base_url=srv.base_url)
+        return srv
+
+    def _stop(self, srv: ServerProcess) -> int | None:
+        rc = srv.stop(self.stop_grace_s)
+        if srv in self._servers:
+            self._servers.remove(srv)
+        return rc
+
+    # -- the trial -----------------------------------------------------------------------
+
+    def run_trial(self, req: TrialRequest) -> TrialResult:
+        env = {**os.environ, **req.server.env}
+        gpu_wait = self._gpu_ready(env)  # may raise GpuMemoryNotReleased: a worker-level failure
+        trial_dir = Path(req.trial_dir)
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        extra: dict[str, Any] = {"gpu_memory_wait": gpu_wait}
+        load_format = req.flags.get("load_format")
+        try:
+            w = prefetch_weights(req.server.model, req.server.download_dir, load_format)
+            extra["weights"] = {"path": w.path, "downloaded": w.downloaded, "seconds": round(w.seconds, 3),
+                                "note": w.note}
+        except Exception as e:  # no network, gated model: vLLM will say the same at startup
+            extra["weights"] = {"error": f"{type(e).__name__}: {e}"[:300]}
+        assert self._sampler is not None
+        self._trial_starts = []
+        self._sampler.start()
+        try:
+            result = _run_coro(self._trial(req, env, trial_dir, extra))
+        finally:
+            for srv in list(self._servers):
+                self._stop(srv)
+            report = self._sampler.stop()
+        self._attach_nvml(result, report, trial_dir)
+        (trial_dir / "result.json").write_text(json.dumps(result.to_dict(), default=str, indent=1))
+        return result
+
+    def _attach_nvml(self, result: TrialResult, report: NvmlReport, trial_dir: Path) -> None:
+        if not report.available:
+            result.peak_mem_gib = []
+            result.extra["nvml"] = {"available": False, "reason": report.reason}
+            return
+        result.peak_mem_gib = list(report.peak_used_gib)
+        result.extra["nvml"] = {
+            "available": True, "gpus": report.gpus, "baseline_used_gib": report.baseline_used_gib,
+            "peak_used_gib": report.peak_used_gib, "peak_util_pct": report.peak_util_pct,
+            "mean_util_pct": report.mean_util_pct, "samples": len(report.timeline),
+        }
+        (trial_dir / "gpu_timeline.json").write_text(json.dumps(report.timeline_downsampled(500)))
+
+    async def _trial(self, req: TrialRequest, env: dict[str, str], trial_dir: Path,
+                     extra: dict[str, Any]) -> TrialResult:
+        spec = req.workload
+        log = trial_dir / "server.log"
+        total = spec.num_requests
+        config = _local_model_config(req.server.model)
+        max_len = req.flags.get("max_model_len") or config.get("max_position_embeddings")
+        trace = generate_trace(spec, max_model_len=int(max_len) if max_len else None)
+        extra["server_log"] = str(log)
+
+        # First start: its time-to-ready is startup_s (weights were fetched before, not counted).
+        srv = self._new_server(req, env, log, 0)
+        ok, why = await srv.wait_ready(req.server.startup_timeout_s)
+        if not ok:
+            return self._startup_failed(req, srv, why, extra)
+        startup_s = srv.ready_at - srv.started_at  # type: ignore[operator]
+        self._emit("server_ready", pid=srv.pid, start=0, startup_s=startup_s)
+        first_lines = read_log_lines(log, srv.log_offset)
+        extra["vllm_non_default_args"] = non_default_args_from_log(first_lines)
+        kv_tokens = kv_cache_tokens_from_log(first_lines)
+
+        records: dict[int, RequestRecord] = {}
+        tally = _Tally(req.early_stop, total)
+        deaths: list[Classification] = []
+        itl: list[float] = []
+        mismatched = 0
+        delta = MetricsDelta()
+        start_no = 0
+
+        def on_done(o: RequestOutcome) -> bool:
+            tally.add(RequestStatus.OK if o.ok else RequestStatus.ERROR, o.e2e_s)
+            self._emit("request_done", index=o.index, ok=o.ok, start=start_no, done=tally.done)
+            return tally.should_stop()
+
+        gen = LoadGenerator(
+            base_url=srv.base_url, model=served_model_name(req.server, req.flags), spec=spec, trace=trace,
+            token_id_high=_vocab_size(req.server.model, config), hang_timeout_s=self.hang_timeout_s,
+            watch_interval_s=self.watch_interval_s, on_done=on_done,
+        )
+        remaining = [t.index for t in trace]
+        clock = 0.0
+        duration = 0.0
+        early_stopped = False
+        leftover_status: RequestStatus | None = None
+        leftover_reason = ""
+
+        async with aiohttp.ClientSession() as session:
+            before = await scrape_metrics(session, srv.base_url)
+            while remaining:
+                watch = _ServerWatch(srv, session, delta, self.metrics_interval_s)
+                gen.base_url = srv.base_url
+                phase = await gen.run_phase(remaining, watch, clock)
+                clock, duration = phase.clock_end_s, duration + phase.duration_s
+                after = await scrape_metrics(session, srv.base_url) if srv.exit_code() is None else None
+                if after is not None:
+                    delta.observe_gauges(after)
+                last = after or watch.last  # a dead server's counters: the last scrape while it lived
+                if last is not None:
+                    delta.add_interval(before, last)
+                casualties = set(phase.casualties)
+                for idx, o in phase.outcomes.items():
+                    if idx in casualties:
+                        continue
+                    records[idx] = self._record(o, trace[idx])
+                    if o.ok:
+                        itl.extend(o.itl_s)
+                        mismatched += o.output_tokens != o.expected_output_tokens
+                remaining = phase.unsent
+                if phase.end == PhaseEnd.COMPLETED:
+                    break
+                if phase.end == PhaseEnd.EARLY_STOP:
+                    early_stopped = True
+                    leftover_status, leftover_reason = RequestStatus.NOT_RUN, "not sent: trial stopped early"
+                    break
+                # The engine died or hung: stop what is left of it, then decide why from its log.
+                self._stop(srv)
+                cls = classify_death(read_log_lines(log, srv.log_offset), phase.reason, phase.end == PhaseEnd.HANG)
+                deaths.append(cls)
+                self._emit("engine_died", start=start_no, failure_class=str(cls.failure_class), reason=cls.reason)
+                status = RequestStatus.OOM if cls.failure_class == FailureClass.RUNTIME_OOM else RequestStatus.ERROR
+                for idx in sorted(casualties):
+                    o = phase.outcomes[idx]
+                    records[idx] = RequestRecord(idx, o.send_s, o.ttft_s, None, o.prompt_tokens, 0, status,
+                                                 f"in flight when the engine died ({cls.failure_class}): {o.error}"[:300])
+                    tally.add(status, None)
+                if not remaining:
+                    break
+                if tally.should_stop():
+                    early_stopped = True
+                    leftover_status, leftover_reason = RequestStatus.NOT_RUN, "not sent: trial stopped early"
+                    break
+                if start_no >= spec.max_restarts:
+                    leftover_status = status
+                    leftover_reason = (f"not sent: the engine died {len(deaths)} times "
+                                       f"(max_restarts={spec.max_restarts}); last: {cls.failure_class}")
+                    break
+                # Restart with the unsent requests held; this startup counts in gpu_time_s.
+                start_no += 1
+                srv = self._new_server(req, env, log, start_no)
+                ok, why = await srv.wait_ready(req.server.startup_timeout_s)
+                if not ok:
+                    self._stop(srv)
+                    rcls = classify_startup(read_log_lines(log, srv.log_offset), srv.exit_code(), why == "timeout",
+                                            req.server.startup_timeout_s)
+                    extra["restart_failure"] = {"failure_class": str(rcls.failure_class), "reason": rcls.reason,
+                                                "evidence": rcls.evidence}
+                    leftover_status = status
+                    leftover_reason = f"not sent: restart {start_no} failed ({rcls.failure_class})"
+                    break
+                self._emit("server_ready", pid=srv.pid, start=start_no, startup_s=srv.ready_at - srv.started_at)
+                before = await scrape_metrics(session, srv.base_url)
+
+        self._stop(srv)
+        for idx in remaining:
+            if idx not in records:
+                st = leftover_status or RequestStatus.NOT_RUN
+                records[idx] = RequestRecord(idx, 0.0, None, None, trace[idx].prompt_len, 0, st, leftover_reason)
+        gpu_time = sum(s.alive_s() for s in self._trial_starts)
+        return self._result(req, records, deaths, delta, kv_tokens, startup_s, duration, gpu_time, early_stopped,
+                            itl, mismatched, start_no, extra)
+
+    @staticmethod
+    def _record(o: RequestOutcome, t: TraceRequest) -> RequestRecord:
+        if o.ok:
+            return RequestRecord(o.index, o.send_s, o.ttft_s, o.e2e_s, o.prompt_tokens, o.output_tokens)
+        return RequestRecord(o.index, o.send_s, o.ttft_s, None, o.prompt_tokens, o.output_tokens,
+                             RequestStatus.ERROR, f"{o.error_kind}: {o.error}"[:300])
+
+    def _startup_failed(self, req: TrialRequest, srv: ServerProcess, why: str, extra: dict[str, Any]) -> TrialResult:
+        timed_out = why == "timeout"
+        rc = srv.exit_code()  # None when it was still running (a startup hang): we kill it next
+        self._stop(srv)
+        lines = read_log_lines(srv.log_path, srv.log_offset)
+        cls = classify_startup(lines, rc, timed_out, req.server.startup_timeout_s)
+        elapsed = (srv.stopped_at or time.monotonic()) - srv.started_at
+        res = startup_failure(self.name, cls.failure_class, cls.reason, cls.evidence, req.workload.num_requests,
+                              startup_s=elapsed)
+        extra["exit_code"] = rc
+        extra["vllm_non_default_args"] = non_default_args_from_log(lines)
+        res.extra.update(extra)
+        return res
+
+    def _result(self, req: TrialRequest, records: dict[int, RequestRecord], deaths: list[Classification],
+                delta: MetricsDelta, kv_tokens: int, startup_s: float, duration: float, gpu_time: float,
+                early_stopped: bool, itl: list[float], mismatched: int, restarts: int,
+                extra: dict[str, Any]) -> TrialResult:
+        if not kv_tokens:
+            info = delta.info.get("vllm:cache_config_info", {})
+            try:
+                kv_tokens = int(float(info.get("num_gpu_blocks", 0)) * float(info.get("block_size", 0)))
+            except ValueError:
+                kv_tokens = 0
+        summary = {k: v for k, v in delta.summary().items() if not math.isnan(v)}
+        result = TrialResult(
+            status=TrialStatus.OK,
+            backend=self.name,
+            records=[records[i] for i in sorted(records)],
+            requests_issued=req.workload.num_requests,
+            kv_cache_tokens=kv_tokens,
+            crashes=len(deaths),
+            preemptions=int(delta.counters["preemptions"]),
+            startup_s=startup_s,
+            duration_s=duration,
+            gpu_time_s=gpu_time,
+            early_stopped=early_stopped,
+            server_metrics=summary,
+        )
+        if deaths:
+            # The trial's class: a runtime OOM if any death was one (it decides the OOM objective), else the first.
+            main = next((d for d in deaths if d.failure_class == FailureClass.RUNTIME_OOM), deaths[0])
+            result.failure_class, result.failure_reason, result.failure_evidence = main.failure_class, main.reason, main.evidence
+        extra.update({
+            "restarts": restarts,
+            "engine_deaths": [{"failure_class": str(d.failure_class), "reason": d.reason, "evidence": d.evidence}
+                              for d in deaths],
+            "itl_p50_s": _pct(itl, 50), "itl_p99_s": _pct(itl, 99),
+            "itl_mean_s": float(np.mean(itl)) if itl else math.nan,
+            "output_token_mismatches": mismatched,
+            "cache_config_info": delta.info.get("vllm:cache_config_info", {}),
+        })
+        result.extra.update(extra)
+        return result
+
+    def close(self) -> None:
+        for srv in list(self._servers):
+            self._stop(srv)
+        if self._sampler is not None:
+            self._sampler.close()
+            self._sampler = None

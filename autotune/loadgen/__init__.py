@@ -1,0 +1,25 @@
+"""The fixed benchmark's load generator: streaming /v1/completions with token-ID prompts.
+
+It knows nothing about servers or restarts: it runs one *phase* against one live engine
+and stops when the engine dies, hangs, an early-stop rule fires or the requests run out.
+The backend decides what a death means (OOM or crash) and whether to restart.
+"""
+
+from autotune.loadgen.client import RequestOutcome, stream_completion
+from autotune.loadgen.runner import (
+    EngineWatch,
+    LoadGenerator,
+    PhaseEnd,
+    PhaseResult,
+    p99_lower_bound,
+)
+
+__all__ = [
+    "EngineWatch",
+    "LoadGenerator",
+    "PhaseEnd",
+    "PhaseResult",
+    "RequestOutcome",
+    "p99_lower_bound",
+    "stream_completion",
+]

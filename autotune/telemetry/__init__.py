@@ -1,0 +1,5 @@
+"""GPU telemetry for real trials (NVML). Reports "unavailable" rather than inventing numbers."""
+
+from autotune.telemetry.nvml import GpuMemoryNotReleased, NvmlReport, NvmlSampler, visible_device_ids
+
+__all__ = ["GpuMemoryNotReleased", "NvmlReport", "NvmlSampler", "visible_device_ids"]
