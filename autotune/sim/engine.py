@@ -14,6 +14,7 @@ finished counts as ``oom``.
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 import random
 from dataclasses import dataclass, field
@@ -31,6 +32,10 @@ from autotune.sim.scheduler import Scheduler
 from autotune.workload import TraceRequest, WorkloadSpec, generate_trace
 
 STEP_NOISE_SIGMA = 0.03  # run-to-run jitter of one step's time (log-normal)
+# From the client's send to the engine's waiting queue: HTTP, the API server, tokenisation.
+API_BASE_S = 1.0e-3
+API_PER_PROMPT_TOKEN_S = 1.0e-6
+API_NOISE_SIGMA = 0.5
 MAX_DECODE_RUN = 4096  # steps taken at once, at most
 
 
@@ -74,6 +79,7 @@ class TrialSim:
         self.stats = _Stats()
         self.stopped = False
         self.ended = False
+        self.inbound: list[tuple[float, int, SimRequest]] = []  # (reaches the engine, idx, request)
         self.hits = 0  # prefix-cache stats and preemptions of engines that already died
         self.queries = 0
         self.preemptions = 0
@@ -96,15 +102,28 @@ class TrialSim:
 
     def _send_due(self) -> None:
         for tr, send in self.gen.due(self.clock.now):
-            self.sched.add(SimRequest(tr.index, tr.prompt_len, tr.output_len, self._prefix_blocks(tr), send))
+            req = SimRequest(tr.index, tr.prompt_len, tr.output_len, self._prefix_blocks(tr), send)
+            delay = (API_BASE_S + API_PER_PROMPT_TOKEN_S * tr.prompt_len) * self.rng.lognormvariate(0.0, API_NOISE_SIGMA)
+            heapq.heappush(self.inbound, (send + delay, tr.index, req))
+
+    def _deliver(self) -> None:
+        """Requests that reached the engine by now join its waiting queue, in arrival order."""
+        inbound, now = self.inbound, self.clock.now
+        while inbound and inbound[0][0] <= now:
+            self.sched.add(heapq.heappop(inbound)[2])
+
+    def _next_event(self) -> float | None:
+        """The next time something reaches the engine from outside."""
+        times = [t for t in (self.gen.next_arrival(), self.inbound[0][0] if self.inbound else None) if t is not None]
+        return min(times) if times else None
 
     # --- the loop ----------------------------------------------------------------------------
     def run(self) -> TrialResult:
-        self._send_due()
         while not (self.stopped or self.ended):
             self._send_due()
+            self._deliver()
             if not self.sched.has_work:
-                t = self.gen.next_arrival()
+                t = self._next_event()
                 if t is None:
                     break
                 self.clock.advance_to(t)
@@ -139,7 +158,7 @@ class TrialSim:
         s = len(running)
         kv_read = sum(r.num_computed for r in running)
         c0 = self.perf.cost(s, s, kv_read + s, kv_read, True)
-        t_arr = self.gen.next_arrival()
+        t_arr = self._next_event()
         if t_arr is not None:
             k = min(k, int((t_arr - self.clock.now) / self.perf.time(c0)))
             if k < 2:
@@ -207,7 +226,8 @@ class TrialSim:
                f"{self.dep.gpu.mem_total_gib:.2f} GiB of which {max(headroom, 0) * 1024:.2f} MiB was free "
                f"after startup (engine died at t={now:.1f}s in a step of {tokens} tokens; simulated)")
         st.crash_log.append(msg)
-        lost = self.sched.drop_all()
+        lost = self.sched.drop_all() + [r for _, _, r in self.inbound]
+        self.inbound = []
         for r in lost:
             self._fail(r.idx, r.send_s, r.prompt_len, r.generated, RequestStatus.OOM, "engine died: CUDA OOM")
         self.n_oom += len(lost)
@@ -243,7 +263,7 @@ class TrialSim:
 
     def _result(self) -> TrialResult:
         now = self.clock.now
-        for r in self.sched.drop_all():  # only non-empty when stopped early
+        for r in self.sched.drop_all() + [r for _, _, r in self.inbound]:  # non-empty only when stopped early
             self._fail(r.idx, r.send_s, r.prompt_len, r.generated, RequestStatus.NOT_RUN, "aborted: early stop")
         for tr in self.gen.take_rest():
             self._fail(tr.index, now, tr.prompt_len, 0, RequestStatus.NOT_RUN, "not sent: early stop")

@@ -33,6 +33,7 @@ def simulate_trial(model: str, gpu: str, flags: Mapping[str, Any], workload: Wor
     if not plan.ok:
         res = startup_failure("sim", plan.failure_class, plan.failure_reason,
                               [*plan.log, plan.failure_reason], workload.num_requests, plan.startup_s)
+        res.kv_cache_tokens = plan.kv_cache_tokens  # sized before a CUDA-graph OOM, else 0
         res.extra = {"simulated": True, "mem_gib": plan.mem.as_dict()}
         return res
     return TrialSim(dep, plan, workload, seed, early_stop).run()
