@@ -84,11 +84,12 @@ def recover_orphans(study: optuna.Study, me: DriverId, stale_after_s: float = 12
             continue
         storage = study._storage
         try:
+            # Attributes first: a finished trial can no longer be updated.
+            storage.set_trial_user_attr(t._trial_id, "failure_reason", f"driver {owner} died while the trial ran")
+            storage.set_trial_user_attr(t._trial_id, "state", "failed")
             storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
         except RuntimeError:
             continue  # another driver finished or failed it first (UpdateFinishedTrialError)
-        storage.set_trial_user_attr(t._trial_id, "failure_reason", f"driver {owner} died while the trial ran")
-        storage.set_trial_user_attr(t._trial_id, "state", "failed")
         user_attrs = {k: v for k, v in t.user_attrs.items() if k in ("role", "reference")}
         user_attrs["requeued_from"] = t.number
         study.enqueue_trial(t.params, user_attrs=user_attrs)
