@@ -20,16 +20,16 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.backends import EarlyStopRule, ServerSpec, TrialRequest
+from autotune.backends import ServerSpec, TrialRequest
 from autotune.errors import UserError
 from autotune.results import FailureClass, TrialResult, TrialStatus
 from autotune.rundir import RunDir
 from autotune.security import mask_url, scrub, secret_values
 from autotune.space import SearchSpace, space_fingerprint
-from autotune.study import seeding
+from autotune.study import seeding, strategy
 from autotune.study.objectives import constraint_values, objective_values
 from autotune.study.params import check_constraints, suggest_params
-from autotune.study.pareto import front_points, pareto_numbers
+from autotune.study.pareto import pareto_numbers
 from autotune.study.progress import Progress
 from autotune.study.pruning import StartupPredictor
 from autotune.study.recovery import DRIVER_ATTR, DriverId, beat, recover_orphans
@@ -231,9 +231,8 @@ class StudyDriver:
             repaired, violated = check_constraints(params, self.space, flags)
             flags.update(repaired)
             reason = "; ".join(violated)
-            measured_as_is = role in (seeding.ROLE_BASELINE, seeding.ROLE_REFERENCE)
-            if not reason and self.predictor is not None and not measured_as_is:
-                reason = self.predictor.failure(flags)
+            if not reason:
+                reason = strategy.prune_reason(self.predictor, flags, role)
             if reason:
                 self._reject(trial, flags, reason)
                 continue
@@ -256,14 +255,8 @@ class StudyDriver:
             workload=self.space.workload,
             trial_dir=self.run_dir.trial_dir(trial.number).resolve(),
             seed=self.seed * 100_003 + trial.number,
-            early_stop=self._early_stop_rule(),
+            early_stop=strategy.early_stop_rule(self.study, self.space),
         )
-
-    def _early_stop_rule(self) -> EarlyStopRule | None:
-        if not self.space.study.strategy.early_stop or self.space.objective_names[:2] != ["oom_per_1k", "p99_e2e_s"]:
-            return None
-        pts = front_points(self.study, self.space)
-        return EarlyStopRule(front=tuple(pts)) if pts else None
 
     def _reject(self, trial: optuna.Trial, flags: dict[str, Any], reason: str) -> None:
         """Tell Optuna the sample is infeasible without launching anything."""

@@ -18,7 +18,7 @@ from typing import Any
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-from mlflow.entities import Metric, Param, RunStatus, RunTag  # noqa: E402
+from mlflow.entities import Metric, Param, RunStatus  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 TRIAL_TAG = "autotune.trial_number"

@@ -1,0 +1,41 @@
+"""autotune's own search strategy, as the driver consults it per trial.
+
+Four parts, each switchable in ``study.strategy`` so its effect can be measured
+(experiments/search/):
+  (a) known-constraint pruning: the memory model rejects configs that cannot start;
+  (b) crash-awareness: startup failures and SLO misses become Optuna constraints
+      (autotune/study/objectives.py), so constraint-aware samplers learn the boundary;
+  (c) early stopping: a benchmark stops once the trial is dominated by the front;
+  (d) warm start: the vLLM defaults and the references are measured first (seeding.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+
+from autotune.backends import EarlyStopRule
+from autotune.space import SearchSpace
+from autotune.study.pareto import front_points
+from autotune.study.pruning import StartupPredictor
+from autotune.study.seeding import ROLE_BASELINE, ROLE_REFERENCE
+
+
+def early_stop_rule(study: optuna.Study, space: SearchSpace) -> EarlyStopRule | None:
+    """The rule a trial's benchmark checks, from the front as it stands at dispatch."""
+    if not space.study.strategy.early_stop or space.objective_names[:2] != ["oom_per_1k", "p99_e2e_s"]:
+        return None
+    pts = front_points(study, space)
+    return EarlyStopRule(front=tuple(pts)) if pts else None
+
+
+def prune_reason(predictor: StartupPredictor | None, flags: dict[str, Any], role: str) -> str:
+    """Why a sample must not launch ('' to launch it).
+
+    Baseline and reference configs are measured as-is, even when predicted to fail: they
+    are the comparison points, and a wrong prediction about them is worth finding out.
+    """
+    if predictor is None or role in (ROLE_BASELINE, ROLE_REFERENCE):
+        return ""
+    return predictor.failure(flags)
