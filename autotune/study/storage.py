@@ -1,14 +1,26 @@
-"""Optuna storage: any SQLAlchemy URL, SQLite by default, PostgreSQL for clusters."""
+"""Optuna storage: any SQLAlchemy URL, SQLite by default, PostgreSQL for clusters.
+
+A database restart or a dropped connection must not end a study that has run for days,
+so every storage call retries transient errors (see ``RetryingRDBStorage``). Optuna
+turns SQLAlchemy errors raised inside its sessions into ``StorageInternalError``; the
+original error is kept as the cause, which is what ``is_transient`` looks at.
+"""
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
+import re
+import threading
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import optuna
 import sqlalchemy.exc
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.trial import TrialState
 
 from autotune.errors import UserError
 from autotune.security import mask_url
@@ -16,7 +28,115 @@ from autotune.security import mask_url
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_TRANSIENT = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, sqlalchemy.exc.DisconnectionError)
+_TRANSIENT_SQLA = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, sqlalchemy.exc.DisconnectionError)
+# How long one storage call keeps retrying: a PostgreSQL restart takes seconds, a managed
+# database failover up to a minute or so.
+RETRY_BUDGET_S = 90.0
+
+
+def _transient_types() -> tuple[type[BaseException], ...]:
+    types: list[type[BaseException]] = list(_TRANSIENT_SQLA)
+    try:  # the PostgreSQL driver's own connection errors, when it is installed
+        import psycopg
+
+        types += [psycopg.OperationalError, psycopg.InterfaceError]
+    except ImportError:
+        pass
+    return tuple(types)
+
+
+_TRANSIENT = _transient_types()
+
+
+def is_transient(e: BaseException) -> bool:
+    """A lost connection or a database that is briefly away, possibly wrapped by Optuna."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, _TRANSIENT):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+def _backoff(attempt: int) -> float:
+    return min(0.5 * 2**attempt, 15.0)
+
+
+_nesting = threading.local()
+
+
+def _retrying(fn: Callable[..., T], what: str, budget_s: float) -> Callable[..., T]:
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> T:
+        if getattr(_nesting, "depth", 0):  # a storage method calling another: the outer one retries
+            return fn(*args, **kwargs)
+        start = time.monotonic()
+        attempt = 0
+        while True:
+            _nesting.depth = 1
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                if not is_transient(e) or time.monotonic() - start > budget_s:
+                    raise
+                delay = _backoff(attempt)
+                log.warning("storage error in %s (%s); retrying in %.1fs", what, type(e).__name__, delay)
+            finally:
+                _nesting.depth = 0
+            time.sleep(delay)
+            attempt += 1
+
+    return call
+
+
+class RetryingRDBStorage(optuna.storages.RDBStorage):
+    """An ``RDBStorage`` whose every call survives a database restart.
+
+    Each public method retries transient errors (connection refused, connection reset,
+    server shutting down) for up to ``RETRY_BUDGET_S``; pooled connections the restart
+    killed are replaced by ``pool_pre_ping``. Retrying is safe because Optuna rolls back
+    a failed session: the call either committed or did nothing. The one ambiguity, a
+    commit whose acknowledgement was lost, is handled where it matters: finishing a trial
+    twice is accepted when the stored state is the one asked for.
+    """
+
+    retry_budget_s: float = RETRY_BUDGET_S
+
+    def __getattribute__(self, name: str) -> Any:
+        attr = object.__getattribute__(self, name)
+        if name in _RETRIED:
+            return _retrying(attr, name, object.__getattribute__(self, "retry_budget_s"))
+        return attr
+
+    def set_trial_state_values(self, trial_id: int, state: TrialState, values: Sequence[float] | None = None) -> bool:
+        tries = [0]
+
+        def once() -> bool:
+            tries[0] += 1
+            try:
+                return super(RetryingRDBStorage, self).set_trial_state_values(trial_id, state, values)
+            except UpdateFinishedTrialError:
+                # On a retry, the first attempt may have committed before the link dropped.
+                if tries[0] > 1 and state.is_finished() and self.get_trial(trial_id).state == state:
+                    return True
+                raise
+
+        return _retrying(once, "set_trial_state_values", self.retry_budget_s)()
+
+
+# Methods that talk to the database: BaseStorage's public ones (but set_trial_state_values,
+# which retries itself above) and the private ones Optuna's _CachedStorage calls directly.
+_RETRIED = (
+    frozenset(
+        name
+        for name in dir(optuna.storages.BaseStorage)
+        if not name.startswith("_") and callable(getattr(optuna.storages.BaseStorage, name))
+    )
+    | {"record_heartbeat", "get_current_version", "get_all_versions"}
+    | {"_create_new_trial", "_get_best_trial_id", "_get_stale_trial_ids", "_get_trials", "_set_trial_param"}
+) - {"set_trial_state_values"}
 
 
 def _engine_kwargs(url: str) -> dict:
@@ -27,54 +147,77 @@ def _engine_kwargs(url: str) -> dict:
     return {"pool_pre_ping": True, "pool_recycle": 300}
 
 
-def open_storage(url: str, retries: int = 5) -> optuna.storages.RDBStorage:
-    """Open (and on first use, create) an Optuna RDB storage; one line on failure."""
-    try:
-        from sqlalchemy.engine import make_url
+def check_url(url: str) -> None:
+    """Fail with one line, before anything is written, if ``url`` cannot be a storage.
 
-        make_url(url)
+    Checks the URL's syntax and that its database driver is installed; reaching the
+    server is left to ``open_storage``.
+    """
+    from sqlalchemy.engine import make_url
+
+    try:
+        u = make_url(url)
     except Exception:
         raise UserError(f"storage URL {mask_url(url)!r} is not a SQLAlchemy URL; e.g. sqlite:///runs/x/optuna.db") from None
+    try:
+        u.get_dialect().import_dbapi()
+    except (ImportError, sqlalchemy.exc.NoSuchModuleError, sqlalchemy.exc.ArgumentError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(
+            f"storage URL {mask_url(url)!r}: database driver {u.drivername!r} not available ({first}); "
+            "use sqlite:/// or postgresql+psycopg://"
+        ) from None
+
+
+def open_storage(url: str, retries: int = 5) -> optuna.storages.RDBStorage:
+    """Open (and on first use, create) an Optuna RDB storage; one line on failure."""
+    check_url(url)
     last: Exception | None = None
     for attempt in range(retries):
         try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+            return RetryingRDBStorage(url, engine_kwargs=_engine_kwargs(url))
         except (ModuleNotFoundError, ImportError, sqlalchemy.exc.NoSuchModuleError, sqlalchemy.exc.ArgumentError) as e:
             raise UserError(
                 f"storage URL {mask_url(url)!r}: database driver not available ({e}); "
                 "use sqlite:/// or postgresql+psycopg://"
             ) from None
-        except _TRANSIENT as e:
+        except Exception as e:
+            if not is_transient(e):
+                raise
             last = e
-            time.sleep(min(2**attempt, 10))
-    raise UserError(f"storage {mask_url(url)!r} unreachable after {retries} tries: {type(last).__name__}")
+            if attempt < retries - 1:
+                time.sleep(min(2**attempt, 10))
+    reason = str(getattr(last, "orig", None) or last).strip().splitlines()
+    detail = f"{type(last).__name__}: {mask_url(reason[0])}" if reason else type(last).__name__
+    raise UserError(f"storage {mask_url(url)!r} unreachable after {retries} tries ({detail})")
 
 
 def with_retries(fn: Callable[[], T], what: str, retries: int = 8) -> T:
     """Run a storage operation, retrying transient database errors (a restart, a dropped link).
 
     Only operations that are safe to repeat go through here; Optuna's tell is, with
-    ``skip_if_finished``.
+    ``skip_if_finished``. Storages from ``open_storage`` already retry each call; this
+    outer loop covers multi-call operations (ask) and storages opened elsewhere.
     """
     for attempt in range(retries):
         try:
             return fn()
-        except _TRANSIENT as e:
-            if attempt == retries - 1:
+        except Exception as e:
+            if not is_transient(e) or attempt == retries - 1:
                 raise
-            delay = min(0.5 * 2**attempt, 15)
+            delay = _backoff(attempt)
             log.warning("storage error during %s (%s); retrying in %.1fs", what, type(e).__name__, delay)
             time.sleep(delay)
     raise AssertionError("unreachable")
 
 
+_VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+
+
 def expand_url(url: str, field_name: str = "study.storage") -> str:
     """Expand ``${VAR}`` in a URL so passwords live in the environment, not in files."""
-    import os
-    import re
-
     expanded = os.path.expandvars(url)
-    missing = re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", expanded)
+    missing = _VAR.findall(expanded)
     if missing:
         raise UserError(f"{field_name}: environment variable {missing[0]} is not set; export it or write the URL out")
     return expanded

@@ -1,0 +1,144 @@
+"""Helpers for the reliability suite: PostgreSQL, spaces on disk, store inspection."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+from optuna.trial import TrialState
+
+from tests.conftest import AUTOTUNE
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@pytest.fixture
+def pg_url() -> str:
+    """The test server's URL; skip without one, unless CI says it must be there."""
+    url = os.environ.get("AUTOTUNE_TEST_PG_URL")
+    if not url:
+        if os.environ.get("AUTOTUNE_REQUIRE_POSTGRES") == "1":
+            pytest.fail("AUTOTUNE_REQUIRE_POSTGRES=1 but AUTOTUNE_TEST_PG_URL is unset; source scripts/start_postgres.sh")
+        pytest.skip("no PostgreSQL: source scripts/start_postgres.sh to run the postgres tests")
+    return url
+
+
+@pytest.fixture
+def pg_mlflow_url(pg_url: str) -> str:
+    url = os.environ.get("AUTOTUNE_TEST_PG_MLFLOW_URL")
+    if not url:
+        pytest.skip("AUTOTUNE_TEST_PG_MLFLOW_URL unset (start_postgres.sh exports it)")
+    return url
+
+
+def pg_ctl(action: str, *args: str) -> None:
+    """``pg_ctl ACTION`` on the test server's data dir, as the OS user the server runs as."""
+    ctl, data = os.environ["AUTOTUNE_TEST_PG_CTL"], os.environ["AUTOTUNE_TEST_PG_DATA"]
+    log = Path(data).parent / "server.log"
+    cmd = [ctl, "-D", data, action, *args]
+    if action in ("start", "restart"):
+        # With a log file the server does not hold our pipes open (which would hang run()).
+        cmd += ["-l", str(log)]
+    user = os.environ.get("AUTOTUNE_TEST_PG_OS_USER")
+    if os.geteuid() == 0 and user and user != "root":
+        cmd = ["runuser", "-u", user, "--", *cmd]
+    subprocess.run(cmd, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, timeout=120)
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+def noop_space(
+    name: str, trials: int, delay_s: float = 0.0, storage: str | None = None, mlflow: str | None = None,
+    env: dict[str, str] | None = None, workers: int = 2, gpus_per_worker: int = 2, **study: Any,
+) -> dict[str, Any]:
+    """A small no-op space; ``delay_s`` makes each trial sleep (for kills)."""
+    e: dict[str, str] = {"NOOP_DELAY_S": str(delay_s)} if delay_s else {}
+    e.update(env or {})
+    st: dict[str, Any] = {"name": name, "trials": trials, "sampler": "random", **study}
+    if storage:
+        st["storage"] = storage
+    if mlflow:
+        st["mlflow_tracking_uri"] = mlflow
+    return {
+        "version": 1,
+        "engine": {"backend": "noop", "model": "tiny/noop", "gpu": "A100-80GB",
+                   "flags": {"tensor_parallel_size": 2, "max_model_len": 4096}, "env": e},
+        "params": {
+            "gpu_memory_utilization": {"type": "float", "low": 0.80, "high": 0.95, "step": 0.01},
+            "max_num_seqs": {"type": "int", "low": 16, "high": 256, "log": True},
+            "enable_prefix_caching": {"type": "bool"},
+        },
+        "workload": {"num_requests": 20, "concurrency": 4},
+        "study": st,
+        "cluster": {"gpus_per_worker": gpus_per_worker, "workers": workers},
+    }
+
+
+def write_space(path: Path, data: dict[str, Any] | str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def run_cmd(space: Path, out: Path, address: str, *extra: str) -> list[str]:
+    return [AUTOTUNE, "run", "--space", str(space), "--out", str(out), "--address", address, "--quiet", *extra]
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    env.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    env.update(extra)
+    return env
+
+
+def load(storage: str, name: str) -> optuna.Study | None:
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return None
+
+
+def complete_values(storage: str, name: str) -> dict[int, tuple[float, ...]]:
+    s = load(storage, name)
+    if s is None:
+        return {}
+    return {t.number: tuple(t.values) for t in s.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE}
+
+
+def launched_complete(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in study.get_trials(deepcopy=False)
+            if t.state == TrialState.COMPLETE and t.user_attrs.get("role") != "rejected"]
+
+
+def mlflow_trial_numbers(tracking_uri: str, experiment: str) -> list[int]:
+    """Trial numbers of the experiment's active child runs (duplicates kept, to be caught)."""
+    c = MlflowClient(tracking_uri)
+    exp = c.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    numbers: list[int] = []
+    token = None
+    while True:
+        page = c.search_runs([exp.experiment_id], filter_string="tags.`autotune.kind` = 'trial'",
+                             max_results=1000, page_token=token)
+        numbers += [int(r.data.tags["autotune.trial_number"]) for r in page]
+        token = page.token
+        if not token:
+            return numbers
+
+
+def finished_numbers(study: optuna.Study) -> set[int]:
+    return {t.number for t in study.get_trials(deepcopy=False) if t.state in (TrialState.COMPLETE, TrialState.FAIL)}
