@@ -132,15 +132,19 @@ class _Phase:
                                 self.spec.request_timeout_s, on_chunk=self._progress)
         if out.ok:
             self._progress()
-        elif out.error_kind in _ENGINE_FAILURES and not self.stop.is_set():
-            # Did this request fail because the engine died? Ask now, before anything else is sent.
-            reason = await self.watch.dead()
-            if reason:
-                self._finish(PhaseEnd.ENGINE_DEAD, reason)
-            else:
+        elif out.error_kind in _ENGINE_FAILURES:
+            if not self.stop.is_set():
+                # Did this request fail because the engine died? Ask now, before anything else is sent.
+                reason = await self.watch.dead()
+                if reason:
+                    self._finish(PhaseEnd.ENGINE_DEAD, reason)
+                else:
+                    self.alive_failures.add(idx)
+            elif self.end == PhaseEnd.EARLY_STOP:
                 self.alive_failures.add(idx)
+            # else: the engine was already found dead; this request is one of its casualties
         else:
-            self.alive_failures.add(idx)
+            self.alive_failures.add(idx)  # the server refused this request (4xx): the engine is fine
         if self.gen.on_done is not None and not (self.stop.is_set() and self.end != PhaseEnd.EARLY_STOP):
             if self.gen.on_done(out):
                 self._finish(PhaseEnd.EARLY_STOP, "early-stop rule: the trial cannot reach the Pareto front")
