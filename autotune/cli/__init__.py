@@ -15,8 +15,23 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 from autotune.cli import export, run, simulate, status, ui  # noqa: E402,F401
 
 
+def _quiet_libraries() -> None:
+    """Our progress lines are the output; library INFO chatter (study created, DB migrated) is not."""
+    import logging
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    try:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+    except ImportError:
+        pass
+
+
 def main() -> None:
     """Entry point: user errors become one line on stderr and exit status 2, no traceback."""
+    _quiet_libraries()
     try:
         app()
     except UserError as e:

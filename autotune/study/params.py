@@ -74,7 +74,9 @@ def suggest_params(trial: optuna.Trial, space: SearchSpace) -> dict[str, Any]:
 
 def _suggest(trial: optuna.Trial, name: str, p: ParamSpec) -> Any:
     if p.type == "float":
-        return trial.suggest_float(name, p.low, p.high, step=p.step, log=p.log)  # type: ignore[arg-type]
+        v = trial.suggest_float(name, p.low, p.high, step=p.step, log=p.log)  # type: ignore[arg-type]
+        # Stepped floats come back as 0.9249999999999999; vLLM and humans want 0.925.
+        return round(v, 6) if p.step else v
     if p.type == "int":
         return trial.suggest_int(name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)  # type: ignore[arg-type]
     if p.type == "bool":

@@ -5,6 +5,7 @@ Enqueued once, when the study is created; a resumed study does not enqueue them 
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import optuna
@@ -12,6 +13,8 @@ import optuna
 from autotune.engine import resolve_defaults
 from autotune.space import SearchSpace
 from autotune.study.hardware import gpu_memory_gib
+
+log = logging.getLogger(__name__)
 
 ROLE_BASELINE = "baseline"
 ROLE_REFERENCE = "reference"
@@ -22,15 +25,27 @@ ROLE_REJECTED = "rejected"
 def baseline_params(space: SearchSpace) -> dict[str, Any]:
     """The searched flags at the values vLLM picks when they are left unset on this GPU."""
     resolved = resolve_defaults(space.fixed_flags(), space.engine.gpu, gpu_memory_gib(space.engine.gpu))
-    return {name: resolved[name] for name in space.params if resolved.get(name) is not None}
+    out = {}
+    for name, p in space.params.items():
+        v = resolved.get(name)
+        # Optuna cannot record a categorical value outside its choices (numbers outside
+        # their range it can); such a default is left to the sampler, and said so.
+        if v is None or (p.type == "categorical" and v not in (p.choices or [])):
+            log.warning("baseline: vLLM's default %s=%r is not in the space; the sampler picks it", name, v)
+            continue
+        out[name] = v
+    return out
 
 
 def enqueue_warm_start(study: optuna.Study, space: SearchSpace) -> int:
     n = 0
     study.enqueue_trial(baseline_params(space), user_attrs={"role": ROLE_BASELINE, "reference": "vllm-defaults"})
     n += 1
+    defaults = baseline_params(space)
     for ref in space.references:
-        params = {k: v for k, v in ref.flags.items() if k in space.params}
+        # Searched flags a reference leaves unset take vLLM's defaults, as they would when
+        # the reference config is deployed; they must not be sampled at random.
+        params = {**defaults, **{k: v for k, v in ref.flags.items() if k in space.params}}
         study.enqueue_trial(params, user_attrs={"role": ROLE_REFERENCE, "reference": ref.name})
         n += 1
     return n
