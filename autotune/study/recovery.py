@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 DRIVER_ATTR = "autotune.driver"
 HEARTBEAT_PREFIX = "autotune.heartbeat:"
@@ -68,14 +68,38 @@ def driver_gone(owner: str | None, heartbeats: dict[str, float], stale_after_s: 
     return last is None or now - last > stale_after_s
 
 
+def heartbeats(study: optuna.Study) -> dict[str, float]:
+    """Driver id -> time of its last heartbeat, for every driver that ever ran the study."""
+    sys_attrs = study._storage.get_study_system_attrs(study._study_id)
+    return {k.removeprefix(HEARTBEAT_PREFIX): v for k, v in sys_attrs.items() if k.startswith(HEARTBEAT_PREFIX)}
+
+
+def is_mine_or_orphaned(trial: FrozenTrial, me: DriverId, beats: dict[str, float], stale_after_s: float,
+                        now: float | None = None) -> bool:
+    """May this driver act for ``trial`` (log it, fail it)? Only if it owns it or the owner is gone.
+
+    Drivers sharing a study must not log each other's trials: the owner logs its own, and
+    a second logger would make two MLflow child runs for one trial.
+    """
+    owner = trial.system_attrs.get(DRIVER_ATTR)
+    if owner == str(me):
+        return True
+    return driver_gone(owner, beats, stale_after_s, time.time() if now is None else now)
+
+
+def running_elsewhere(trials: list[FrozenTrial], me: DriverId) -> int:
+    """RUNNING trials other drivers own: they count towards the target before they finish."""
+    mine = str(me)
+    return sum(1 for t in trials if t.state == TrialState.RUNNING and t.system_attrs.get(DRIVER_ATTR) != mine)
+
+
 def recover_orphans(study: optuna.Study, me: DriverId, stale_after_s: float = 120.0) -> list[int]:
     """Fail RUNNING trials whose driver is gone and enqueue their params again.
 
     Returns the numbers of the failed trials. Their re-runs get new trial numbers (Optuna
     numbers are never reused); ``requeued_from`` links them.
     """
-    sys_attrs = study._storage.get_study_system_attrs(study._study_id)
-    beats = {k.removeprefix(HEARTBEAT_PREFIX): v for k, v in sys_attrs.items() if k.startswith(HEARTBEAT_PREFIX)}
+    beats = heartbeats(study)
     now = time.time()
     failed = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
