@@ -291,6 +291,7 @@ class StudyDriver:
         trial.set_user_attr("failure_class", str(result.failure_class))
         trial.set_user_attr("failure_reason", scrub(result.failure_reason, self.secrets)[:1000])
         trial.set_user_attr("early_stopped", result.early_stopped)
+        trial.set_user_attr("started", started)
         trial.set_user_attr("worker", fin.worker_id)
         artifacts = self._write_trial_files(request, result, metrics)
         values = objective_values(metrics, self.space)

@@ -19,11 +19,15 @@ class PlotPoint:
     feasible: bool
     pareto: bool
     role: str  # search | baseline | reference | rejected
+    started: bool = True  # False: the engine never served, so the values are penalties
 
 
 def pareto_plot(points: Sequence[PlotPoint], names: Sequence[str], path: Path, title: str) -> Path:
     fig, ax = plt.subplots(figsize=(7, 5))
-    launched = [p for p in points if p.role != "rejected" and len(p.values) >= 2]
+    # Trials that never started carry penalty values (1000 OOM/1k, the timeout as p99);
+    # drawn, they would squash every real point into a corner.
+    not_started = sum(1 for p in points if p.role != "rejected" and not p.started)
+    launched = [p for p in points if p.role != "rejected" and p.started and len(p.values) >= 2]
     for label, pick, style in [
         ("infeasible", lambda p: not p.feasible, dict(c="#bbbbbb", marker="x")),
         ("feasible", lambda p: p.feasible and not p.pareto, dict(c="#4c72b0", marker="o", alpha=0.6)),
@@ -40,7 +44,9 @@ def pareto_plot(points: Sequence[PlotPoint], names: Sequence[str], path: Path, t
                         textcoords="offset points")
     ax.set_xlabel(names[0])
     ax.set_ylabel(names[1] if len(names) > 1 else "")
-    ax.set_title(title)
+    rejected = sum(1 for p in points if p.role == "rejected")
+    ax.set_title(f"{title}\n(not shown: {not_started} failed to start, {rejected} rejected without launch)",
+                 fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
@@ -52,7 +58,7 @@ def pareto_plot(points: Sequence[PlotPoint], names: Sequence[str], path: Path, t
 
 def history_plot(points: Sequence[PlotPoint], names: Sequence[str], path: Path, title: str) -> Path:
     """Each objective per trial, with the best feasible value so far."""
-    launched = sorted((p for p in points if p.role != "rejected"), key=lambda p: p.number)
+    launched = sorted((p for p in points if p.role != "rejected" and p.started), key=lambda p: p.number)
     fig, axes = plt.subplots(len(names), 1, figsize=(7, 2.6 * len(names)), sharex=True, squeeze=False)
     for i, name in enumerate(names):
         ax = axes[i][0]

@@ -45,7 +45,8 @@ def trial_log_from_frozen(t: FrozenTrial, space: SearchSpace, artifacts: list[Pa
 def plot_points(study: optuna.Study, space: SearchSpace) -> list[PlotPoint]:
     front = set(pareto_numbers(study, space))
     return [
-        PlotPoint(t.number, tuple(t.values), feasible(t), t.number in front, t.user_attrs.get("role", "search"))
+        PlotPoint(t.number, tuple(t.values), feasible(t), t.number in front, t.user_attrs.get("role", "search"),
+                  bool(t.user_attrs.get("started", True)))
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     ]
 
