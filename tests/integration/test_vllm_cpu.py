@@ -83,7 +83,9 @@ def test_server_killed_mid_benchmark_is_a_crash_and_restarts(vllm_python, tiny_m
 
 @pytest.mark.parametrize("flags,needle", [
     ({"kv_cache_dtype": "fp7"}, "argument --kv-cache-dtype: invalid choice"),  # argparse, exit status 2
-    ({"block_size": 7}, "No common block size for 7"),  # the CPU attention backend's ValueError
+    # The CPU attention backend's ValueError. Without the tiny block override: 10 blocks of 7 tokens
+    # would first fail vLLM's KV-cache check (a startup OOM, correctly).
+    ({"block_size": 7, "num_gpu_blocks_override": None}, "No common block size for 7"),
 ])
 def test_invalid_flag_value_is_invalid_config(vllm_python, tiny_model, tmp_path, flags, needle):
     backend = VllmBackend()
