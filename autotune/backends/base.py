@@ -32,13 +32,17 @@ class ServerSpec:
 
 @dataclass(frozen=True)
 class EarlyStopRule:
-    """Stop a benchmark once the trial cannot reach the current Pareto front.
+    """Stop a benchmark once the trial is dominated by the current Pareto front.
 
     ``front`` holds (oom_per_1k, p99_e2e_s) points already achieved. After at least
     ``min_requests`` finished requests, the backend asks :meth:`should_stop` with the partial
-    OOM rate and a lower bound on the final p99; the trial stops when a front point is at
-    least as good on both, with margin. Oom rates only rise as the remaining requests
-    cannot undo failures already counted, which is what makes the bound conservative.
+    OOM count and a lower bound on the final p99; the trial stops when a front point is at
+    least as good on OOMs (``f_oom <= oom floor``) and better on p99 by ``margin``
+    (``f_p99 * margin <= p99 lower bound``). Both bounds hold whatever the unsent requests
+    do: OOMs already counted cannot be undone (floor = ooms / total), and the p99 lower
+    bound is a rank statistic of latencies already observed. So a stopped trial is truly
+    dominated, and the values it reports (OOMs over the requests issued, p99 over those
+    finished; both >= the bounds) keep it dominated: they are conservative.
     """
 
     front: tuple[tuple[float, float], ...]
@@ -46,14 +50,14 @@ class EarlyStopRule:
     margin: float = 1.10
 
     def should_stop(self, done: int, total: int, ooms: int, p99_lower_bound_s: float) -> bool:
-        if done < self.min_requests or not self.front:
+        if done < self.min_requests or not self.front or total <= 0:
             return False
         # Every future request could succeed: the final OOM rate is at least this.
         oom_floor = 1000.0 * ooms / total
         for f_oom, f_p99 in self.front:
-            if math.isnan(f_p99):
+            if math.isnan(f_p99) or math.isnan(f_oom):
                 continue
-            if f_oom < oom_floor and f_p99 * self.margin <= p99_lower_bound_s:
+            if f_oom <= oom_floor and f_p99 * self.margin <= p99_lower_bound_s:
                 return True
         return False
 

@@ -10,6 +10,16 @@ from autotune.errors import UserError
 from autotune.space import SearchSpace
 
 
+class AskTellGridSampler(optuna.samplers.GridSampler):
+    """GridSampler for ask/tell: Optuna's calls ``study.stop()`` from ``after_trial`` once the
+    grid is exhausted, which raises outside ``study.optimize`` (the driver's tell would fail
+    on the last grid point). The driver stops by its own trial count instead; asks past the
+    end of the grid revisit grid points, as Optuna's GridSampler does."""
+
+    def after_trial(self, study, trial, state, values) -> None:  # type: ignore[no-untyped-def]
+        return None
+
+
 def make_sampler(name: str, space: SearchSpace, seed: int) -> optuna.samplers.BaseSampler:
     if name == "autotune":
         # Multivariate TPE models flag interactions (gpu_memory_utilization x max_num_seqs
@@ -35,5 +45,5 @@ def make_sampler(name: str, space: SearchSpace, seed: int) -> optuna.samplers.Ba
         return optuna.samplers.GPSampler(seed=seed)
     if name == "grid":
         grid = {n: p.grid_values(space.study.grid_points) for n, p in space.params.items()}
-        return optuna.samplers.GridSampler(grid, seed=seed)
+        return AskTellGridSampler(grid, seed=seed)
     raise UserError(f"study.sampler {name!r}: use autotune, tpe, nsga2, gp, random or grid")
