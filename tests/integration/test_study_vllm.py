@@ -1,0 +1,109 @@
+"""A 3-trial study on REAL vLLM (CPU build, tiny dummy model) through Ray and MLflow, then
+`autotune export` and real vLLM started from the exported YAML (`--config FILE`).
+
+Runs the CLI in a subprocess, as a user would: `autotune run --backend vllm` starts its own
+local Ray. The space is search_spaces/tiny-cpu.yaml with the model and vLLM's python made
+absolute for this machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+from optuna.trial import TrialState
+
+from autotune.backends.vllm.classify import non_default_args_from_log, read_log_lines
+from autotune.backends.vllm.server import ServerProcess, free_port
+from tests.integration.conftest import CPU_ENV, REPO
+
+pytestmark = pytest.mark.integration
+AUTOTUNE = str(Path(sys.executable).with_name("autotune"))
+
+
+def _cli(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    return subprocess.run([AUTOTUNE, *args], cwd=REPO, env=env, capture_output=True, text=True,  # noqa: S603
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def study_run(vllm_python, tiny_model, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("study")
+    space = yaml.safe_load((REPO / "search_spaces" / "tiny-cpu.yaml").read_text())
+    space["engine"]["model"] = str(tiny_model)
+    space["engine"]["python"] = vllm_python
+    space_path = tmp / "tiny-cpu.yaml"
+    space_path.write_text(yaml.safe_dump(space, sort_keys=False))
+    out = tmp / "run"
+    r = _cli(["run", "--space", str(space_path), "--backend", "vllm", "--trials", "3", "--workers", "1",
+              "--out", str(out), "--quiet"], timeout=1800)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    return out, r
+
+
+def test_three_trial_study_on_real_vllm(study_run):
+    out, r = study_run
+    study = optuna.load_study(study_name="tiny-cpu", storage=f"sqlite:///{out / 'optuna.db'}")
+    launched = [t for t in study.trials if t.user_attrs.get("role") != "rejected"]
+    assert len(launched) == 3, [(t.number, t.state, t.user_attrs.get("failure_reason")) for t in study.trials]
+    assert all(t.state == TrialState.COMPLETE for t in launched)
+    # Every launched trial started a real server and wrote its log.
+    logs = sorted(out.rglob("server.log"))
+    assert len(logs) >= 3 and all("Starting vLLM server on" in p.read_text() for p in logs[:3])
+    c = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    exp = c.get_experiment_by_name("tiny-cpu")
+    runs = c.search_runs([exp.experiment_id], filter_string="tags.`autotune.kind` = 'trial'")
+    runs = [r for r in runs if r.data.tags.get("role") != "rejected"]  # rejected samples never launch
+    assert sorted(int(r.data.tags["autotune.trial_number"]) for r in runs) == sorted(t.number for t in launched)
+    for run in runs:
+        assert {"p99_e2e_s", "oom_per_1k", "preemptions", "kv_cache_tokens", "startup_s"} <= set(run.data.metrics)
+        assert run.data.metrics["kv_cache_tokens"] > 0
+
+
+def _reported(lines: list[str], info: dict[str, str]) -> dict:
+    """What vLLM says it runs with: its "non-default args" line, then /metrics cache_config_info."""
+    got = dict(non_default_args_from_log(lines) or {})
+    for k, v in info.items():
+        got.setdefault(k, {"True": True, "False": False}.get(v, v))
+    return got
+
+
+def test_exported_yaml_starts_real_vllm_with_every_flag(study_run, vllm_python, tmp_path):
+    out, _ = study_run
+    cfg = tmp_path / "vllm_config.yaml"
+    r = _cli(["export", "--out", str(out), "-o", str(cfg)], timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    exported = yaml.safe_load(cfg.read_text())
+    port = free_port()
+    srv = ServerProcess(
+        argv=[vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--config", str(cfg),
+              "--host", "127.0.0.1", "--port", str(port)],
+        env={**os.environ, **CPU_ENV}, log_path=tmp_path / "server.log", host="127.0.0.1", port=port)
+    srv.start()
+    try:
+        ok, why = asyncio.run(srv.wait_ready(600))
+        assert ok, why + "\n" + "\n".join(read_log_lines(srv.log_path)[-30:])
+        from tests.integration._metrics import cache_config_info
+
+        info = cache_config_info(srv.base_url)
+    finally:
+        srv.stop(30)
+    reported = _reported(read_log_lines(srv.log_path), info)
+    mismatches = []
+    for key, value in exported.items():
+        name = key.replace("-", "_")
+        if name.startswith("no_") and value is True:
+            name, value = name[3:], False
+        if name not in reported:
+            mismatches.append(f"{name}: not reported by vLLM")
+        elif str(reported[name]) != str(value):
+            mismatches.append(f"{name}: exported {value!r}, vLLM reports {reported[name]!r}")
+    assert not mismatches, mismatches
