@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import ray
@@ -21,6 +26,47 @@ class ClusterInfo:
     gpus: float
 
 
+PROBE_TIMEOUT_S = 5.0
+
+
+def probe_address(address: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Fail fast with one line if nothing listens at a Ray address.
+
+    ``ray.init(address=...)`` against a dead address retries for many minutes before it
+    gives up, which to a user looks like a hang.
+    """
+    if address in ("auto", "local"):
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port_s = hostport.rpartition(":")
+    if not sep or not host or not port_s.isdigit():
+        raise UserError(f"--address {address}: expected HOST:PORT of a Ray head (e.g. 10.0.0.5:6379)")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port_s)), timeout=timeout):
+            pass
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        raise UserError(f"--address {address}: cannot connect to Ray ({reason}); check 'ray status' there") from None
+
+
+@contextmanager
+def _native_stderr_silenced() -> Iterator[None]:
+    """Keep Ray's C++ client from printing a retry line per second on file descriptor 2.
+
+    Against something that listens but is not a Ray head it logs for ~20 s before the
+    Python error we turn into one line; the user should see only that line.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def connect(address: str | None, logical_gpus: int | None = None, num_cpus: int | None = None) -> ClusterInfo:
     """Join ``address`` or start a local Ray; reuse a connection this process already has.
 
@@ -32,7 +78,9 @@ def connect(address: str | None, logical_gpus: int | None = None, num_cpus: int 
         kwargs: dict = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}
         try:
             if address:
-                ray.init(address=address, **kwargs)
+                probe_address(address)
+                with _native_stderr_silenced():
+                    ray.init(address=address, **kwargs)
             else:
                 ray.init(num_gpus=logical_gpus, num_cpus=num_cpus or max(os.cpu_count() or 1, 2), **kwargs)
                 started = True
