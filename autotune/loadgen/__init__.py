@@ -12,6 +12,7 @@ from autotune.loadgen.runner import (
     PhaseEnd,
     PhaseResult,
     p99_lower_bound,
+    p99_rank_bound,
 )
 
 __all__ = [
@@ -21,5 +22,6 @@ __all__ = [
     "PhaseResult",
     "RequestOutcome",
     "p99_lower_bound",
+    "p99_rank_bound",
     "stream_completion",
 ]

@@ -17,6 +17,7 @@ original spacing instead of arriving as one burst for the time the engine was do
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,6 @@ from enum import StrEnum
 from typing import Protocol
 
 import aiohttp
-import numpy as np
 
 from autotune.loadgen.client import ErrorKind, RequestOutcome, stream_completion
 from autotune.workload import TraceRequest, WorkloadSpec
@@ -61,15 +61,23 @@ class PhaseResult:
         return self.end in (PhaseEnd.ENGINE_DEAD, PhaseEnd.HANG)
 
 
-def p99_lower_bound(ok_latencies: Sequence[float], not_finished: int) -> float:
-    """The smallest p99 the final result can have: every unfinished request succeeding instantly.
+def p99_rank_bound(total: int) -> int:
+    """m such that, whatever the final number N <= total of successful requests, numpy's
+    linear-interpolated p99 is >= the m-th largest latency already observed (the same rule as
+    the simulator's ``p99_rank_bound`` in autotune/sim/engine.py, so early stop agrees)."""
+    return max(n - math.floor(0.99 * (n - 1)) for n in range(1, total + 1)) if total > 0 else 1
 
-    Percentiles cover successful requests only, so padding with zeros is the best case; a
-    failure would leave the set as is (a higher p99).
+
+def p99_lower_bound(ok_latencies: Sequence[float], total: int, rank: int | None = None) -> float:
+    """A lower bound on the trial's final p99 from the successful latencies seen so far.
+
+    Percentiles cover successful requests only and p99 is a rank statistic: once ``m`` values
+    are at least ``v``, the final p99 is at least ``v`` however many more succeed or fail.
     """
-    if not ok_latencies:
+    m = rank if rank is not None else p99_rank_bound(total)
+    if len(ok_latencies) < m:
         return 0.0
-    return float(np.percentile(list(ok_latencies) + [0.0] * not_finished, 99))
+    return float(sorted(ok_latencies)[-m])
 
 
 @dataclass

@@ -165,14 +165,27 @@ def test_argument_error_is_invalid_config(tmp_path, backend):
     assert res.extra["exit_code"] == 2
 
 
-def test_early_stop_after_an_oom_skips_the_restart(tmp_path, backend):
-    # Fake because: needs OOMs. The front point (0 OOMs, ~0 s p99) dominates any trial that has an OOM.
+def test_early_stop_stops_sending_and_marks_the_rest_not_run(tmp_path, backend):
+    # Fake because: a fast, deterministic server. The front point (0 OOMs, ~0 s p99) dominates any trial.
     rule = EarlyStopRule(front=((0.0, 1e-6),), min_requests=3)
-    req = fake_request(tmp_path, scenario="runtime_oom", fail_after=5, fail_starts=1, early_stop=rule)
+    res = backend.run_trial(fake_request(tmp_path, early_stop=rule))
+    assert res.early_stopped and res.crashes == 0
+    st = _statuses(res)
+    assert st[RequestStatus.NOT_RUN] > 0 and RequestStatus.ERROR not in st
+    # Like the simulator: requests never sent are not "issued".
+    assert res.requests_issued == st[RequestStatus.OK] == 20 - st[RequestStatus.NOT_RUN]
+
+
+def test_early_stop_after_an_oom_skips_the_restart(tmp_path, backend):
+    # Fake because: needs a runtime OOM. The front point (10 OOMs/1k, ~0 s p99) dominates this trial only
+    # once it has an OOM (1 of 20 requests = 50 per 1k); then it stops instead of restarting.
+    rule = EarlyStopRule(front=((10.0, 1e-6),), min_requests=3)
+    req = fake_request(tmp_path, scenario="runtime_oom", fail_after=5, fail_starts=1, early_stop=rule,
+                       token_delay_s=0.01)
     res = backend.run_trial(req)
     assert res.early_stopped and res.crashes == 1
     st = _statuses(res)
-    assert st[RequestStatus.NOT_RUN] > 0 and fake_starts(tmp_path) == 1
+    assert st[RequestStatus.OOM] >= 1 and st[RequestStatus.NOT_RUN] > 0 and fake_starts(tmp_path) == 1
 
 
 def test_secrets_in_env_are_masked_in_the_log(tmp_path, backend):

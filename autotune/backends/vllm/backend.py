@@ -13,6 +13,7 @@ result; only a worker-level problem (GPU memory not coming back) raises.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
 import math
 import os
@@ -44,7 +45,7 @@ from autotune.backends.vllm.server import (
     served_model_name,
 )
 from autotune.backends.vllm.weights import prefetch_weights
-from autotune.loadgen import LoadGenerator, PhaseEnd, RequestOutcome, p99_lower_bound
+from autotune.loadgen import LoadGenerator, PhaseEnd, RequestOutcome, p99_rank_bound
 from autotune.results import (
     FailureClass,
     RequestRecord,
@@ -68,19 +69,24 @@ class _Tally:
     total: int
     done: int = 0
     ooms: int = 0
-    ok_e2e: list[float] = field(default_factory=list)
+    ok_e2e: list[float] = field(default_factory=list)  # kept sorted
+    rank: int = 1
+
+    def __post_init__(self) -> None:
+        self.rank = p99_rank_bound(self.total)
 
     def add(self, status: RequestStatus, e2e: float | None) -> None:
         self.done += 1
         if status == RequestStatus.OOM:
             self.ooms += 1
         elif status == RequestStatus.OK and e2e is not None:
-            self.ok_e2e.append(e2e)
+            bisect.insort(self.ok_e2e, e2e)
 
     def should_stop(self) -> bool:
         if self.rule is None:
             return False
-        return self.rule.should_stop(self.done, self.total, self.ooms, p99_lower_bound(self.ok_e2e, self.total - self.done))
+        lower = self.ok_e2e[-self.rank] if len(self.ok_e2e) >= self.rank else 0.0
+        return self.rule.should_stop(self.done, self.total, self.ooms, lower)
 
 
 async def scrape_metrics(session: aiohttp.ClientSession, base_url: str, timeout_s: float = 10.0) -> Snapshot | None:
@@ -453,8 +459,9 @@ class VllmBackend:
                 extra: dict[str, Any]) -> TrialResult:
         if not kv_tokens:
             info = delta.info.get("vllm:cache_config_info", {})
-            try:
-                kv_tokens = int(float(info.get("num_gpu_blocks", 0)) * float(info.get("block_size", 0)))
+            try:  # newer vLLM labels the capacity itself; older only blocks and block size
+                kv_tokens = int(float(info["kv_cache_size_tokens"])) if "kv_cache_size_tokens" in info else \
+                    int(float(info.get("num_gpu_blocks", 0)) * float(info.get("block_size", 0)))
             except ValueError:
                 kv_tokens = 0
         summary = {k: v for k, v in delta.summary().items() if not math.isnan(v)}
@@ -462,7 +469,8 @@ class VllmBackend:
             status=TrialStatus.OK,
             backend=self.name,
             records=[records[i] for i in sorted(records)],
-            requests_issued=req.workload.num_requests,
+            # Like the simulator: requests never sent because of an early stop are not issued.
+            requests_issued=sum(r.status != RequestStatus.NOT_RUN for r in records.values()),
             kv_cache_tokens=kv_tokens,
             crashes=len(deaths),
             preemptions=int(delta.counters["preemptions"]),
