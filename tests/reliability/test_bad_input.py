@@ -1,0 +1,239 @@
+"""The bad-input catalogue (docs/bad_input.md): one line, exit 2, no traceback, nothing written.
+
+Each case goes through the real CLI entry point (in-process ``run_cli``; a few as real
+subprocesses, to prove no traceback reaches stderr from any layer) and then checks that
+no run directory appeared or that an existing study's files are byte-for-byte unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import AUTOTUNE, run_cli
+from tests.reliability.conftest import child_env, noop_space, write_space
+
+
+def _base() -> dict[str, Any]:
+    return noop_space("bad", trials=2)
+
+
+def _set(dotted: str, value: Any) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def mutate(d: dict[str, Any]) -> dict[str, Any]:
+        d = copy.deepcopy(d)
+        cur = d
+        keys = dotted.split(".")
+        for k in keys[:-1]:
+            cur = cur.setdefault(k, {})
+        cur[keys[-1]] = value
+        return d
+
+    return mutate
+
+
+def _drop(key: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def mutate(d: dict[str, Any]) -> dict[str, Any]:
+        d = copy.deepcopy(d)
+        d.pop(key)
+        return d
+
+    return mutate
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    expect: str  # must appear in the error line: the field or value at fault
+    space: Callable[[dict[str, Any]], dict[str, Any]] | str | None = None  # mutation, or raw file text
+    args: tuple[str, ...] = ()
+    needs_ray: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+
+
+SIM = {"engine": {"backend": "sim", "model": "Qwen/Qwen2.5-7B-Instruct", "gpu": "A100-80GB",
+                  "flags": {"tensor_parallel_size": 2, "max_model_len": 4096}}}
+
+# Cases that fail before any study exists: the run directory must not be created.
+CASES = [
+    Case("malformed-yaml", "malformed YAML", "version: 1\nengine: {backend: noop\n  model: [x\n"),
+    Case("tab-indented-yaml", "malformed YAML", "version: 1\nengine:\n\tbackend: noop\n"),
+    Case("top-level-list", "expected a mapping at the top level", "- version: 1\n"),
+    Case("empty-file", "expected a mapping at the top level", ""),
+    Case("missing-version", "version: required", _drop("version")),
+    Case("wrong-version", "version: Input should be 1", _set("version", 2)),
+    Case("unknown-top-level-key", "paramz: unknown key", _set("paramz", {})),
+    Case("unknown-engine-key", "engine.colour: unknown key", _set("engine.colour", "red")),
+    Case("unknown-param-key", "params.max_num_seqs.lo: unknown key",
+         _set("params.max_num_seqs", {"type": "int", "lo": 8, "high": 64})),
+    Case("wrong-type-int", "workload.num_requests: Input should be a valid integer", _set("workload.num_requests", "many")),
+    Case("wrong-type-trials", "study.trials: Input should be a valid integer", _set("study.trials", "ten")),
+    Case("low-greater-than-high", "params.max_num_seqs: low (300.0) must be <= high (8.0)",
+         _set("params.max_num_seqs", {"type": "int", "low": 300, "high": 8})),
+    Case("log-scale-nonpositive-low", "log scale needs low > 0",
+         _set("params.max_num_seqs", {"type": "int", "low": 0, "high": 8, "log": True})),
+    Case("empty-choices", "params.block_size: categorical params need a non-empty choices list",
+         _set("params.block_size", {"type": "categorical", "choices": []})),
+    Case("unknown-vllm-flag-param", "unknown vLLM flag 'max_num_seq'", _set("params.max_num_seq", {"type": "bool"})),
+    Case("unknown-vllm-flag-fixed", "unknown vLLM flag 'max_seqs'", _set("engine.flags.max_seqs", 8)),
+    Case("param-type-mismatch", "enforce_eager: vLLM takes a bool",
+         _set("params.enforce_eager", {"type": "int", "low": 0, "high": 1})),
+    Case("fixed-and-searched", "'max_num_seqs' is both fixed", _set("engine.flags.max_num_seqs", 8)),
+    Case("constraint-unknown-param", "constraints[0] names unknown param 'max_len'",
+         _set("constraints", [{"left": "max_num_batched_tokens", "op": ">=", "right": "max_len"}])),
+    Case("unknown-backend-in-space", "engine.backend", _set("engine.backend", "tgi")),
+    Case("unknown-backend-option", "--backend 'tgi'", args=("--backend", "tgi")),
+    Case("unknown-gpu", "engine.gpu 'H900'", lambda d: {**_base(), **copy.deepcopy(SIM)} | {
+        "engine": {**SIM["engine"], "gpu": "H900"}}),
+    Case("unknown-model", "no-such/model", lambda d: {**_base(), **copy.deepcopy(SIM)} | {
+        "engine": {**SIM["engine"], "model": "no-such/model"}}),
+    Case("unknown-sampler-option", "study.sampler 'bayes'", args=("--sampler", "bayes")),
+    Case("unknown-objective-metric", "p99_latency", _set("objectives", [{"metric": "oom_per_1k"}, {"metric": "p99_latency"}])),
+    Case("trials-zero", "--trials 0: must be at least 1", args=("--trials", "0")),
+    Case("trials-negative", "--trials -3: must be at least 1", args=("--trials", "-3")),
+    Case("trials-zero-in-space", "study.trials: Input should be greater than or equal to 1", _set("study.trials", 0)),
+    Case("workers-zero", "--workers 0: must be at least 1", args=("--workers", "0")),
+    Case("space-file-missing", "no such file", space=None, args=("--space", "/nonexistent/space.yaml")),
+    Case("storage-wrong-driver", "database driver 'mysql' not available", _set("study.storage", "mysql://u@localhost/db")),
+    Case("storage-unknown-dialect", "database driver 'cockroach' not available",
+         _set("study.storage", "cockroach://u:hunter22@localhost/db")),
+    Case("storage-password-is-masked", "postgresql+psycopg2://u:***@localhost/db",
+         _set("study.storage", "postgresql+psycopg2://u:hunter22@localhost/db")),
+    Case("storage-not-a-url", "is not a SQLAlchemy URL", _set("study.storage", "optuna.db")),
+    Case("storage-unset-env-var", "environment variable AUTOTUNE_NO_SUCH_VAR is not set",
+         _set("study.storage", "postgresql+psycopg://u:${AUTOTUNE_NO_SUCH_VAR}@localhost/db")),
+    Case("more-workers-than-gpu-groups", "--workers 3: the Ray cluster only has 2", args=("--workers", "3"), needs_ray=True),
+]
+
+
+def assert_one_line_error(code: int, out: str, err: str, expect: str) -> None:
+    assert code == 2, f"exit {code}; stderr: {err[-2000:]}"
+    assert "Traceback" not in err and "Traceback" not in out
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, f"stderr must be exactly one line, got: {lines}"
+    assert lines[0].startswith("error: "), lines[0]
+    assert expect in lines[0], f"{expect!r} not in {lines[0]!r}"
+
+
+def _prepare(case: Case, tmp_path: Path) -> tuple[list[str], Path]:
+    out = tmp_path / "run"
+    args = ["run", "--out", str(out), "--quiet"]
+    if isinstance(case.space, str):
+        args += ["--space", str(write_space(tmp_path / "space.yaml", case.space))]
+    elif case.space is not None:
+        args += ["--space", str(write_space(tmp_path / "space.yaml", case.space(_base())))]
+    elif "--space" not in case.args:
+        args += ["--space", str(write_space(tmp_path / "space.yaml", _base()))]
+    return args + list(case.args), out
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_bad_input_is_one_line_and_writes_nothing(case: Case, tmp_path, capsys, monkeypatch, request):
+    monkeypatch.chdir(tmp_path)  # a default ./runs would land here, where we can see it
+    args, out = _prepare(case, tmp_path)
+    if case.needs_ray:
+        # A real driver process on the session's Ray (4 logical GPUs = 2 groups of 2): an
+        # in-process run would share Ray's log handlers with the fixture's captured streams.
+        address = request.getfixturevalue("ray_cluster")
+        p = subprocess.run([AUTOTUNE, *args, "--address", address], capture_output=True, text=True, timeout=180,
+                           cwd=tmp_path, env=child_env())
+        code, stdout, stderr = p.returncode, p.stdout, p.stderr
+    else:
+        code, stdout, stderr = run_cli(args, capsys)
+    assert_one_line_error(code, stdout, stderr, case.expect)
+    assert not out.exists(), f"a failed run created {out}: {sorted(p.name for p in out.iterdir())}"
+    assert not (tmp_path / "runs").exists()
+
+
+SUBPROCESS_CASES = ["malformed-yaml", "unknown-vllm-flag-param", "storage-wrong-driver", "trials-zero"]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.id in SUBPROCESS_CASES], ids=lambda c: c.id)
+def test_bad_input_through_the_installed_script(case: Case, tmp_path):
+    args, out = _prepare(case, tmp_path)
+    p = subprocess.run([AUTOTUNE, *args], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=child_env())
+    assert_one_line_error(p.returncode, p.stdout, p.stderr, case.expect)
+    assert not out.exists()
+
+
+def test_unreachable_ray_address_fails_fast_and_writes_nothing(tmp_path):
+    """Nothing listens on port 1: one line, quickly, not a many-minute hang in ray.init."""
+    out = tmp_path / "run"
+    space = write_space(tmp_path / "space.yaml", _base())
+    p = subprocess.run([AUTOTUNE, "run", "--space", str(space), "--out", str(out), "--address", "127.0.0.1:1", "--quiet"],
+                       capture_output=True, text=True, timeout=180, cwd=tmp_path, env=child_env())
+    assert_one_line_error(p.returncode, p.stdout, p.stderr, "--address 127.0.0.1:1: cannot connect to Ray")
+    assert not out.exists()
+
+
+def test_unwritable_run_directory(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    out = blocker / "run"  # root ignores permission bits, so use a path that cannot be a directory
+    space = write_space(tmp_path / "space.yaml", _base())
+    code, stdout, stderr = run_cli(["run", "--space", str(space), "--out", str(out), "--quiet"], capsys)
+    assert_one_line_error(code, stdout, stderr, f"--out {out}: cannot create the run directory")
+    assert blocker.read_text() == "not a directory"
+
+
+def _digest(paths: list[Path]) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths if p.exists()}
+
+
+@pytest.fixture(scope="module")
+def finished_study(ray_cluster, tmp_path_factory) -> tuple[Path, Path]:
+    """A real two-trial study to be resumed with bad input."""
+    from autotune.space import load_space
+    from autotune.study.driver import RunOptions, StudyDriver
+
+    root = tmp_path_factory.mktemp("resume")
+    space = write_space(root / "space.yaml", _base())
+    out = root / "run"
+    StudyDriver(load_space(space), space, RunOptions(out=out, progress=False, address=ray_cluster)).run()
+    return space, out
+
+
+RESUME_CASES = [
+    ("param-range-changed", _set("params.max_num_seqs", {"type": "int", "low": 8, "high": 512, "log": True}),
+     (), "was created from a different space"),
+    ("param-added", _set("params.enable_chunked_prefill", {"type": "bool"}), (), "was created from a different space"),
+    ("workload-changed", _set("workload.num_requests", 40), (), "was created from a different space"),
+    ("objectives-changed", _set("objectives", [{"metric": "p99_e2e_s"}]), (), "exists with other objectives"),
+    ("more-workers-on-resume", lambda d: d, ("--workers", "3"), "--workers 3: the Ray cluster only has 2"),
+]
+
+
+@pytest.mark.parametrize(("mutate", "extra", "expect"), [c[1:] for c in RESUME_CASES], ids=[c[0] for c in RESUME_CASES])
+def test_bad_resume_leaves_the_study_untouched(finished_study, mutate, extra, expect, tmp_path, capsys):
+    import optuna
+
+    space0, out = finished_study
+    import yaml
+
+    changed = write_space(tmp_path / "space.yaml", mutate(yaml.safe_load(space0.read_text())))
+    files = [out / "optuna.db", out / "mlflow.db", out / "space.yaml"]
+    before = _digest(files)
+    listing = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    code, stdout, stderr = run_cli(["run", "--space", str(changed), "--out", str(out), "--quiet", *extra], capsys)
+    assert_one_line_error(code, stdout, stderr, expect)
+    assert _digest(files) == before
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == listing
+    study = optuna.load_study(study_name="bad", storage=f"sqlite:///{out / 'optuna.db'}")
+    assert len(study.trials) >= 2 and all(t.state.is_finished() for t in study.trials)
+
+
+def test_export_and_status_bad_input(finished_study, tmp_path, capsys):
+    _, out = finished_study
+    code, o, e = run_cli(["export", "--out", str(out), "--max-oom-per-1k", "-1"], capsys)
+    assert_one_line_error(code, o, e, "--max-oom-per-1k -1.0: must be >= 0")
+    code, o, e = run_cli(["status", "--out", str(tmp_path / "nothing")], capsys)
+    assert_one_line_error(code, o, e, "no study here")
+    assert not (tmp_path / "nothing").exists()
+    code, o, e = run_cli(["status", "--out", str(out), "--study", "nope"], capsys)
+    assert_one_line_error(code, o, e, "--study nope: no such study")
