@@ -18,9 +18,22 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_NAME.search(name))
 
 
+_ENV_REF = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}|\$[A-Za-z_][A-Za-z0-9_]*")
+
+
 def mask_url(url: str) -> str:
-    """``postgresql://u:pw@h/db`` -> ``postgresql://u:***@h/db``."""
-    return _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", url)
+    """``postgresql://u:pw@h/db`` -> ``postgresql://u:***@h/db``.
+
+    A ``${VAR}`` reference is kept: it names where the password lives without revealing it,
+    and the saved space needs it to reopen the storage (`autotune status`/`export`).
+    """
+
+    def sub(m: re.Match[str]) -> str:
+        if _ENV_REF.fullmatch(m["pw"]):
+            return m[0]
+        return f"{m['scheme']}{m['user']}:{MASK}@"
+
+    return _URL_PASSWORD.sub(sub, url)
 
 
 def mask_env(env: Mapping[str, str]) -> dict[str, str]:
