@@ -7,7 +7,9 @@ landscape to move on), not a model of anything; never read them as performance.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
+from pathlib import Path
 
 from autotune.backends.base import TrialRequest
 from autotune.results import RequestRecord, TrialResult, TrialStatus
@@ -20,7 +22,11 @@ class NoopBackend:
         self.requests = requests
 
     def run_trial(self, request: TrialRequest) -> TrialResult:
-        # Tests that kill drivers or workers mid-trial need trials that take a moment.
+        # Tests that kill drivers or workers mid-trial need trials that take a moment, and
+        # to kill a worker they need its pid while it holds a trial.
+        pid_dir = request.server.env.get("NOOP_PID_DIR")
+        if pid_dir:
+            Path(pid_dir, f"trial-{request.trial_number}.pid").write_text(str(os.getpid()))
         delay = float(request.server.env.get("NOOP_DELAY_S", "0") or 0)
         if delay > 0:
             time.sleep(delay)
