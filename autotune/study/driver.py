@@ -245,8 +245,9 @@ class StudyDriver:
     def _request(self, trial: optuna.Trial, flags: dict[str, Any]) -> TrialRequest:
         e = self.space.engine
         server = ServerSpec(
-            model=e.model, gpu=e.gpu, env=dict(e.env), host=e.host, download_dir=e.download_dir,
-            startup_timeout_s=e.startup_timeout_s, python=e.python,
+            model=_local_path_or_id(e.model), gpu=e.gpu, env=dict(e.env), host=e.host,
+            download_dir=_local_path_or_id(e.download_dir), startup_timeout_s=e.startup_timeout_s,
+            python=_local_path_or_id(e.python),
         )
         return TrialRequest(
             trial_number=trial.number,
@@ -368,6 +369,14 @@ class StudyDriver:
             finalize_tracking(self.study, self.space, self.tracker, self._logged, self.run_dir, self.name)
         finally:
             self.tracker.end_invocation(status, {k: float(v) for k, v in self.counts.items()})
+
+
+def _local_path_or_id(value: str | None) -> str | None:
+    """Relative paths in the space mean the directory autotune runs in; Ray workers run
+    elsewhere, so they get absolute paths. Anything else (a hub model id) passes through."""
+    if value and not Path(value).is_absolute() and Path(value).exists():
+        return str(Path(value).resolve())
+    return value
 
 
 def _masked_space(space: SearchSpace) -> dict[str, Any]:
