@@ -17,6 +17,13 @@ from autotune.workload import WorkloadSpec
 Scalar = bool | int | float | str
 
 
+def _require_known_flags(flags: dict[str, Scalar]) -> dict[str, Scalar]:
+    bad = unknown_flags(flags)
+    if bad:
+        raise ValueError(f"unknown vLLM flag {bad[0]!r}; use vLLM's EngineArgs name (e.g. max_num_seqs)")
+    return flags
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -35,10 +42,7 @@ class EngineSection(_Strict):
     @field_validator("flags")
     @classmethod
     def _known_flags(cls, v: dict[str, Scalar]) -> dict[str, Scalar]:
-        bad = unknown_flags(v)
-        if bad:
-            raise ValueError(f"unknown vLLM flag {bad[0]!r}; use vLLM's EngineArgs name (e.g. max_num_seqs)")
-        return v
+        return _require_known_flags(v)
 
 
 class ParamSpec(_Strict):
@@ -141,10 +145,7 @@ class Reference(_Strict):
     @field_validator("flags")
     @classmethod
     def _known(cls, v: dict[str, Scalar]) -> dict[str, Scalar]:
-        bad = unknown_flags(v)
-        if bad:
-            raise ValueError(f"unknown vLLM flag {bad[0]!r}")
-        return v
+        return _require_known_flags(v)
 
 
 class StrategySection(_Strict):
