@@ -93,6 +93,13 @@ def running_elsewhere(trials: list[FrozenTrial], me: DriverId) -> int:
     return sum(1 for t in trials if t.state == TrialState.RUNNING and t.system_attrs.get(DRIVER_ATTR) != mine)
 
 
+def requeue_params(t: FrozenTrial) -> dict:
+    """The params to measure again. A trial killed between ask and its suggestions has
+    none yet; if it was enqueued (baseline, reference, a re-run) its fixed params say what
+    it was going to measure, so the re-run measures that and not a fresh sample."""
+    return {**t.system_attrs.get("fixed_params", {}), **t.params}
+
+
 def recover_orphans(study: optuna.Study, me: DriverId, stale_after_s: float = 120.0) -> list[int]:
     """Fail RUNNING trials whose driver is gone and enqueue their params again.
 
@@ -116,6 +123,6 @@ def recover_orphans(study: optuna.Study, me: DriverId, stale_after_s: float = 12
             continue  # another driver finished or failed it first (UpdateFinishedTrialError)
         user_attrs = {k: v for k, v in t.user_attrs.items() if k in ("role", "reference")}
         user_attrs["requeued_from"] = t.number
-        study.enqueue_trial(t.params, user_attrs=user_attrs)
+        study.enqueue_trial(requeue_params(t), user_attrs=user_attrs)
         failed.append(t.number)
     return failed

@@ -105,6 +105,8 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 def load(storage: str, name: str) -> optuna.Study | None:
+    if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
+        return None  # not created yet; opening it here would create it
     try:
         return optuna.load_study(study_name=name, storage=storage)
     except KeyError:
