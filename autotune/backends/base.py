@@ -47,7 +47,7 @@ class EarlyStopRule:
 
     front: tuple[tuple[float, float], ...]
     min_requests: int = 100
-    margin: float = 1.10
+    margin: float = 1.05
 
     def should_stop(self, done: int, total: int, ooms: int, p99_lower_bound_s: float) -> bool:
         if done < self.min_requests or not self.front or total <= 0:

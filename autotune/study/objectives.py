@@ -15,6 +15,11 @@ from autotune.space.schema import SearchSpace
 
 # Constraint keys autotune sets. Feasible when <= 0, as Optuna defines it.
 STARTUP_CONSTRAINT = "startup_ok"
+# The engine stayed up: it did not die more often than the benchmark restarts it
+# (workload.max_restarts). A crash loop serves a handful of requests fast and fails the rest,
+# so its p99 is meaningless; as a constraint it never reaches the front, and the sampler
+# learns where the runtime-OOM cliff is. Occasional OOMs stay in the oom_per_1k objective.
+SERVING_CONSTRAINT = "serving_ok"
 
 
 def penalty(metric: str, space: SearchSpace) -> float:
@@ -29,6 +34,11 @@ def penalty(metric: str, space: SearchSpace) -> float:
 
 
 def objective_values(metrics: Mapping[str, float], space: SearchSpace) -> list[float]:
+    """The objectives as measured. For a benchmark stopped early (``requests_not_run`` > 0)
+    they are conservative estimates: oom_per_1k counts OOMs over the requests issued (at
+    least the final rate's floor, OOMs over all requests) and p99 is over the requests
+    finished, which is at least the rank bound the early-stop rule proved dominated
+    (autotune.backends.base.EarlyStopRule). So a stopped trial stays dominated."""
     values = []
     for obj in space.objectives:
         v = metrics.get(obj.metric, math.nan)
@@ -56,6 +66,12 @@ def constraint_values(metrics: Mapping[str, float], started: bool, space: Search
     out: dict[str, float] = {}
     if space.study.strategy.feasibility_constraints:
         out[STARTUP_CONSTRAINT] = -1.0 if started else 1.0
+        crashes = metrics.get("crashes", math.nan)
+        if not started or crashes is None or math.isnan(crashes):
+            out[SERVING_CONSTRAINT] = 1.0
+        else:
+            over = crashes - space.workload.max_restarts
+            out[SERVING_CONSTRAINT] = float(over) if over > 0 else -1.0
     for metric, lim in space.slo.items():
         v = metrics.get(metric, math.nan)
         if v is None or math.isnan(v):

@@ -18,7 +18,12 @@ import run as R
 from autotune.backends import EarlyStopRule
 from autotune.sim import predict_startup, simulate_trial
 from autotune.space.schema import StrategySection
-from autotune.study.objectives import STARTUP_CONSTRAINT, objective_values
+from autotune.study.objectives import (
+    SERVING_CONSTRAINT,
+    STARTUP_CONSTRAINT,
+    constraint_values,
+    objective_values,
+)
 from autotune.study.params import suggest_params
 from autotune.study.samplers import make_sampler
 
@@ -73,6 +78,18 @@ def test_rejected_sample_is_told_infeasible_to_optuna():
     assert good.constraints[STARTUP_CONSTRAINT] <= 0
 
 
+def test_crash_loops_and_startup_failures_are_infeasible():
+    sp = small_space()
+    limit = sp.workload.max_restarts
+    assert constraint_values({}, started=False, space=sp).values == {STARTUP_CONSTRAINT: 1.0, SERVING_CONSTRAINT: 1.0}
+    ok = constraint_values({"crashes": float(limit)}, started=True, space=sp)
+    assert ok.feasible  # restarted after each OOM and finished: OOMs stay in the objective
+    loop = constraint_values({"crashes": float(limit + 1)}, started=True, space=sp)
+    assert not loop.feasible and loop.values[SERVING_CONSTRAINT] > 0
+    off = small_space(feasibility_constraints=False)
+    assert constraint_values({}, started=False, space=off).values == {}
+
+
 def test_without_pruning_the_failure_is_launched_and_wasted():
     sp = small_space(warm_start=False, early_stop=False, prune_startup_failures=False)
     study, pool = enqueue_run(sp, [BAD], trials=1)
@@ -101,8 +118,8 @@ def test_early_stop_stops_a_dominated_trial_with_conservative_objectives():
 def test_early_stop_rule_bounds():
     rule = EarlyStopRule(front=((0.0, 10.0), (5.0, 8.0)), min_requests=100)
     assert not rule.should_stop(50, 1000, 0, 100.0)  # too few requests yet
-    assert rule.should_stop(200, 1000, 0, 11.5)  # 0 OOMs, p99 >= 1.1 x 10: dominated by (0, 10)
-    assert not rule.should_stop(200, 1000, 0, 10.5)  # within the margin
+    assert rule.should_stop(200, 1000, 0, 10.6)  # 0 OOMs, p99 >= 1.05 x 10: dominated by (0, 10)
+    assert not rule.should_stop(200, 1000, 0, 10.4)  # within the margin
     assert not rule.should_stop(200, 1000, 4, 8.5)  # floor 4/1k < 5: (5, 8) is not better on OOMs
     assert rule.should_stop(200, 1000, 5, 8.9)  # floor 5/1k: (5, 8) dominates with margin
     assert not EarlyStopRule(front=((0.0, 1e9),)).should_stop(500, 1000, 0, 50.0)
