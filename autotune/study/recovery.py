@@ -105,13 +105,23 @@ def recover_orphans(study: optuna.Study, me: DriverId, stale_after_s: float = 12
 
     Returns the numbers of the failed trials. Their re-runs get new trial numbers (Optuna
     numbers are never reused); ``requeued_from`` links them.
+
+    Failing comes first because only one driver can fail a trial (a second gets
+    UpdateFinishedTrialError), so two recovering drivers never both re-enqueue it. A driver
+    killed between the fail and the enqueue leaves a FAIL trial with no re-run; the next
+    recovery finds it (owner gone, nothing ``requeued_from`` it) and enqueues it then.
     """
     beats = heartbeats(study)
     now = time.time()
+    trials = study.get_trials(deepcopy=False)
+    requeued = {t.user_attrs["requeued_from"] for t in trials if "requeued_from" in t.user_attrs}
     failed = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+    for t in trials:
         owner = t.system_attrs.get(DRIVER_ATTR)
-        if owner == str(me) or not driver_gone(owner, beats, stale_after_s, now):
+        if t.state == TrialState.FAIL and t.number not in requeued and is_mine_or_orphaned(t, me, beats, stale_after_s, now):
+            _requeue(study, t)  # failed by a driver that died before re-enqueueing it
+            continue
+        if t.state != TrialState.RUNNING or owner == str(me) or not driver_gone(owner, beats, stale_after_s, now):
             continue
         storage = study._storage
         try:
@@ -121,8 +131,12 @@ def recover_orphans(study: optuna.Study, me: DriverId, stale_after_s: float = 12
             storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
         except RuntimeError:
             continue  # another driver finished or failed it first (UpdateFinishedTrialError)
-        user_attrs = {k: v for k, v in t.user_attrs.items() if k in ("role", "reference")}
-        user_attrs["requeued_from"] = t.number
-        study.enqueue_trial(requeue_params(t), user_attrs=user_attrs)
+        _requeue(study, t)
         failed.append(t.number)
     return failed
+
+
+def _requeue(study: optuna.Study, t: FrozenTrial) -> None:
+    user_attrs = {k: v for k, v in t.user_attrs.items() if k in ("role", "reference")}
+    user_attrs["requeued_from"] = t.number
+    study.enqueue_trial(requeue_params(t), user_attrs=user_attrs)

@@ -78,7 +78,10 @@ def _check_study(storage: str, name: str, out: Path, target: int, kept: dict[int
             # What the failed trial measured or, killed before its suggestions, was enqueued to.
             orig = by_number[t.user_attrs["requeued_from"]]
             meant = {**orig.system_attrs.get("fixed_params", {}), **orig.params}
-            assert {k: t.params.get(k) for k in meant} == meant, (orig.number, t.number)
+            # (A re-run itself killed mid-suggestion has only some params; what it was
+            # enqueued with, its fixed params, is what it would have measured.)
+            got = {**t.system_attrs.get("fixed_params", {}), **t.params}
+            assert {k: got.get(k) for k in meant} == meant, (orig.number, t.number)
             assert t.user_attrs.get("role", "search") in (orig.user_attrs.get("role", "search"), "rejected")
     # The trial files of every launched trial are on disk (written before tell).
     for t in launched_complete(study):

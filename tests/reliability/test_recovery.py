@@ -1,0 +1,73 @@
+"""recover_orphans on hand-made states that kills leave behind (no Ray, no subprocess)."""
+
+from __future__ import annotations
+
+import socket
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.study.recovery import DRIVER_ATTR, DriverId, recover_orphans, requeue_params
+from autotune.study.storage import open_storage
+
+DEAD = f"{socket.gethostname()}:999999:deadbeef"  # same host, a pid that cannot exist
+
+
+def _study(tmp_path) -> optuna.Study:
+    return optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'o.db'}"), study_name="s",
+                               directions=["minimize", "minimize"])
+
+
+def _reruns(study: optuna.Study, number: int) -> list:
+    return [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("requeued_from") == number]
+
+
+def test_running_trial_of_dead_driver_is_failed_and_requeued_once(tmp_path):
+    study = _study(tmp_path)
+    t = study.ask()
+    t.suggest_int("max_num_seqs", 8, 64)
+    study._storage.set_trial_system_attr(t._trial_id, DRIVER_ATTR, DEAD)
+    me = DriverId.mine()
+    assert recover_orphans(study, me) == [t.number]
+    assert study.trials[t.number].state == TrialState.FAIL
+    assert "died" in study.trials[t.number].user_attrs["failure_reason"]
+    assert recover_orphans(study, me) == []  # idempotent: a second recovery adds nothing
+    rerun = _reruns(study, t.number)
+    assert len(rerun) == 1 and rerun[0].state == TrialState.WAITING
+
+
+def test_trial_killed_before_its_suggestions_reruns_what_it_was_enqueued_with(tmp_path):
+    study = _study(tmp_path)
+    study.enqueue_trial({"max_num_seqs": 48}, user_attrs={"role": "baseline"})
+    t = study.ask()  # popped from the queue, killed before suggest_*: no params yet
+    study._storage.set_trial_system_attr(t._trial_id, DRIVER_ATTR, DEAD)
+    assert study.trials[t.number].params == {}
+    assert requeue_params(study.trials[t.number]) == {"max_num_seqs": 48}
+    recover_orphans(study, DriverId.mine())
+    rerun = _reruns(study, t.number)[0]
+    assert rerun.system_attrs["fixed_params"] == {"max_num_seqs": 48} and rerun.user_attrs["role"] == "baseline"
+
+
+def test_failed_but_never_requeued_trial_is_requeued(tmp_path):
+    """A driver killed between failing a trial and re-enqueueing it: the next one heals it."""
+    study = _study(tmp_path)
+    t = study.ask()
+    t.suggest_int("max_num_seqs", 8, 64)
+    study._storage.set_trial_system_attr(t._trial_id, DRIVER_ATTR, DEAD)
+    study.tell(t, state=TrialState.FAIL)
+    recover_orphans(study, DriverId.mine())
+    assert len(_reruns(study, t.number)) == 1
+    recover_orphans(study, DriverId.mine())
+    assert len(_reruns(study, t.number)) == 1
+
+
+def test_live_drivers_trials_are_left_alone(tmp_path):
+    study = _study(tmp_path)
+    other = DriverId.mine()  # this process is alive: its trials are not orphans
+    t = study.ask()
+    study._storage.set_trial_system_attr(t._trial_id, DRIVER_ATTR, str(other))
+    from autotune.study.recovery import beat
+
+    beat(study, other)
+    assert recover_orphans(study, DriverId(other.host, other.pid, "othertoken")) == []
+    assert study.trials[t.number].state == TrialState.RUNNING
