@@ -141,6 +141,11 @@ def compute_metrics(result: TrialResult) -> dict[str, float]:
     return m
 
 
+def metric_names() -> frozenset[str]:
+    """Every aggregate a trial reports (peak memory adds one ``peak_mem_gib_gpu<i>`` per GPU)."""
+    return frozenset(compute_metrics(TrialResult(TrialStatus.OK, "", peak_mem_gib=[0.0])))
+
+
 def startup_failure(backend: str, failure_class: FailureClass, reason: str, evidence: list[str],
                     requests: int, startup_s: float = 0.0) -> TrialResult:
     """A trial whose engine never served: every request of the benchmark counts as failed.

@@ -35,7 +35,7 @@ def run(
     sp = load_space(space)
     if backend is not None:
         if backend not in ("sim", "vllm", "noop"):
-            raise UserError(f"--backend {backend!r}: use sim or vllm")
+            raise UserError(f"--backend {backend!r}: use sim or vllm (or noop, which measures autotune's own overhead)")
         sp = sp.model_copy(update={"engine": sp.engine.model_copy(update={"backend": backend})})
     if sampler is not None:
         sp = sp.model_copy(update={"study": sp.study.model_copy(update={"sampler": sampler})})

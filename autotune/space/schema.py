@@ -119,9 +119,25 @@ class Constraint(_Strict):
     message: str | None = None
 
 
+def _check_metric(name: str) -> str:
+    """Objectives and SLOs must name a metric trials report, or every trial would silently
+    score the penalty value."""
+    from autotune.results import metric_names
+
+    if name not in metric_names() and not name.startswith("peak_mem_gib_gpu"):
+        raise ValueError(f"unknown metric {name!r}; use one of oom_per_1k, p99_e2e_s, p99_ttft_s, "
+                         "output_tok_per_s, ... (docs/search_space.md)")
+    return name
+
+
 class Objective(_Strict):
     metric: str
     direction: Literal["minimize", "maximize"] = "minimize"
+
+    @field_validator("metric")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        return _check_metric(v)
 
 
 class SloLimit(_Strict):
@@ -190,6 +206,13 @@ class SearchSpace(_Strict):
     references: list[Reference] = Field(default_factory=list)
     study: StudySection = StudySection()
     cluster: ClusterSpec = ClusterSpec()
+
+    @field_validator("slo")
+    @classmethod
+    def _slo_metrics(cls, v: dict[str, SloLimit]) -> dict[str, SloLimit]:
+        for name in v:
+            _check_metric(name)
+        return v
 
     @field_validator("params")
     @classmethod

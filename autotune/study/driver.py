@@ -32,13 +32,21 @@ from autotune.study.params import check_constraints, suggest_params
 from autotune.study.pareto import pareto_numbers
 from autotune.study.progress import Progress
 from autotune.study.pruning import StartupPredictor
-from autotune.study.recovery import DRIVER_ATTR, DriverId, beat, recover_orphans
+from autotune.study.recovery import (
+    DRIVER_ATTR,
+    DriverId,
+    beat,
+    heartbeats,
+    is_mine_or_orphaned,
+    recover_orphans,
+    running_elsewhere,
+)
 from autotune.study.samplers import make_sampler
-from autotune.study.storage import expand_url, open_storage, with_retries
+from autotune.study.storage import check_url, expand_url, open_storage, with_retries
 from autotune.study.trial_files import write_flags, write_requests_csv, write_result_json, write_server_log
 from autotune.tracking.mlflow_tracker import MlflowTracker, TrialLog
 from autotune.tracking.report import finalize_tracking, trial_log_from_frozen
-from autotune.workers.cluster import connect, disconnect, plan_workers
+from autotune.workers.cluster import ClusterInfo, connect, disconnect, plan_workers
 from autotune.workers.pool import Finished, WorkerPool
 
 log = logging.getLogger(__name__)
@@ -92,6 +100,7 @@ class StudyDriver:
         self.counts = {"complete": 0, "failed": 0, "rejected": 0}
         self._consecutive_rejections = 0
         self._last_beat = 0.0
+        self._running_elsewhere = 0
 
     # ---- setup -------------------------------------------------------------------------
     def _open_study(self) -> optuna.Study:
@@ -100,12 +109,20 @@ class StudyDriver:
         storage = open_storage(url)
         directions = [o.direction for o in self.space.objectives]
         sampler = make_sampler(self.space.study.sampler, self.space, self.seed)
-        study = with_retries(
-            lambda: optuna.create_study(
-                storage=storage, study_name=self.name, directions=directions, sampler=sampler, load_if_exists=True
-            ),
-            "create_study",
-        )
+        try:
+            # Only the driver that creates the study seeds it: two drivers starting together
+            # on a shared storage must not both enqueue the warm-start trials.
+            study = with_retries(
+                lambda: optuna.create_study(storage=storage, study_name=self.name, directions=directions,
+                                            sampler=sampler),
+                "create_study",
+            )
+            self._created = True
+        except optuna.exceptions.DuplicatedStudyError:
+            study = with_retries(
+                lambda: optuna.load_study(study_name=self.name, storage=storage, sampler=sampler), "load_study"
+            )
+            self._created = False
         if list(study.directions) != [
             optuna.study.StudyDirection.MINIMIZE if d == "minimize" else optuna.study.StudyDirection.MAXIMIZE
             for d in directions
@@ -120,7 +137,8 @@ class StudyDriver:
         if FINGERPRINT_ATTR not in attrs:
             study.set_user_attr(FINGERPRINT_ATTR, fp)
             study.set_user_attr("autotune.backend", self.space.engine.backend)
-            if self.space.study.strategy.warm_start:
+            # A creator killed before seeding leaves an unseeded study: seed it then.
+            if self.space.study.strategy.warm_start and (self._created or not study.trials):
                 seeding.enqueue_warm_start(study, self.space)
             self.run_dir.space_copy.write_text(yaml.safe_dump(_masked_space(self.space), sort_keys=False))
         elif attrs[FINGERPRINT_ATTR] != fp:
@@ -130,8 +148,38 @@ class StudyDriver:
             )
 
     # ---- main loop ---------------------------------------------------------------------
+    def _preflight(self) -> tuple[ClusterInfo, int]:
+        """Everything that can refuse the run, checked before anything is written.
+
+        A bad storage URL, an unknown sampler, an unreachable Ray or too many workers must
+        leave no run directory, no study and no MLflow experiment behind.
+        """
+        if self.space.study.storage:
+            check_url(expand_url(self.space.study.storage))
+        if self.space.study.mlflow_tracking_uri:
+            expand_url(self.space.study.mlflow_tracking_uri, "study.mlflow_tracking_uri")
+        make_sampler(self.space.study.sampler, self.space, self.seed)
+        g, c = self.space.cluster.gpus_per_worker, self.space.cluster.cpus_per_worker
+        requested = self.opts.workers or self.space.cluster.workers
+        logical = None
+        if self.space.engine.backend in ("sim", "noop") and not self.opts.address and g > 0:
+            logical = (requested or 2) * g  # the simulator runs on CPUs but keeps the GPU placement path
+        info = connect(self.opts.address or self.space.cluster.address, logical_gpus=logical)
+        try:
+            return info, plan_workers(requested, g, c, info)
+        except BaseException:
+            disconnect(info)
+            raise
+
     def run(self) -> RunSummary:
         t0 = time.time()
+        info, n_workers = self._preflight()
+        try:
+            return self._run(info, n_workers, t0)
+        finally:
+            disconnect(info)
+
+    def _run(self, info: ClusterInfo, n_workers: int, t0: float) -> RunSummary:
         self.run_dir.ensure()
         study = self._open_study()
         self.study = study
@@ -149,13 +197,7 @@ class StudyDriver:
         self._logged = tracker.logged_trials()
         self._log_untracked()
 
-        logical = None
         g, c = self.space.cluster.gpus_per_worker, self.space.cluster.cpus_per_worker
-        requested = self.opts.workers or self.space.cluster.workers
-        if self.space.engine.backend in ("sim", "noop") and not self.opts.address and g > 0:
-            logical = (requested or 2) * g  # the simulator runs on CPUs but keeps the GPU placement path
-        info = connect(self.opts.address or self.space.cluster.address, logical_gpus=logical)
-        n_workers = plan_workers(requested, g, c, info)
         tracker.start_invocation(self._invocation_params(n_workers), {"backend": self.space.engine.backend})
         progress.say(
             f"study {self.name}: {self.counts['complete']}/{self.target} trials done; backend "
@@ -175,7 +217,6 @@ class StudyDriver:
         finally:
             pool.shutdown()
             self._finalize(status)
-            disconnect(info)
         return RunSummary(
             self.name, self.run_dir.root, self.counts["complete"], self.counts["failed"], self.counts["rejected"],
             pareto_numbers(self.study, self.space), n_workers, time.time() - t0, self.launched,
@@ -185,7 +226,10 @@ class StudyDriver:
         while True:
             self._heartbeat()
             for wid in pool.idle_workers():
-                if self.counts["complete"] + pool.running >= self.target:
+                # Fresh counts before each launch: another driver sharing the study may have
+                # finished or started trials since the last heartbeat.
+                self._sync_counts()
+                if self.counts["complete"] + self._running_elsewhere + pool.running >= self.target:
                     break
                 nxt = self._next_launchable()
                 if nxt is None:
@@ -198,6 +242,7 @@ class StudyDriver:
                     if self._consecutive_rejections >= MAX_CONSECUTIVE_REJECTIONS:
                         self.progress.say("stopping: the last samples were all rejected; the space looks infeasible")
                     return
+                time.sleep(1.0)  # the rest of the target is running on other drivers
                 continue
             for fin in pool.wait(timeout=10.0):
                 self._finish(fin)
@@ -207,6 +252,10 @@ class StudyDriver:
         if now - self._last_beat > 5:
             with_retries(lambda: beat(self.study, self.me), "heartbeat")
             self._last_beat = now
+            # A driver sharing the study may have died since we started: take its trials over.
+            orphans = with_retries(lambda: recover_orphans(self.study, self.me, self.opts.stale_after_s), "recover")
+            if orphans:
+                self.progress.say(f"failed and re-enqueued trials {orphans} left running by a dead driver")
             self._sync_counts()
 
     def _sync_counts(self) -> None:
@@ -219,6 +268,7 @@ class StudyDriver:
             elif t.state == TrialState.FAIL:
                 c["failed"] += 1
         self.counts = c
+        self._running_elsewhere = running_elsewhere(trials, self.me)
 
     # ---- one trial -----------------------------------------------------------------------
     def _next_launchable(self) -> tuple[optuna.Trial, TrialRequest] | None:
@@ -337,9 +387,15 @@ class StudyDriver:
         self._logged[frozen.number] = self.tracker.log_trial(entry)
 
     def _log_untracked(self) -> None:
-        """Trials told by an earlier driver that died before logging them to MLflow."""
+        """Trials told by an earlier driver that died before logging them to MLflow.
+
+        Trials a live driver sharing the study told are its to log; logging them here too
+        would make two child runs for one trial.
+        """
+        self._logged = {**self.tracker.logged_trials(), **self._logged}
+        beats = with_retries(lambda: heartbeats(self.study), "heartbeats")
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
-            if t.number not in self._logged:
+            if t.number not in self._logged and is_mine_or_orphaned(t, self.me, beats, self.opts.stale_after_s):
                 d = self.run_dir.trial_dir(t.number)
                 files = [d / n for n in ("flags.yaml", "requests.csv", "result.json", "server.log")]
                 self._log(t, [f for f in files if f.exists()])
