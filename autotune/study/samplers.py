@@ -22,15 +22,18 @@ class AskTellGridSampler(optuna.samplers.GridSampler):
 
 def make_sampler(name: str, space: SearchSpace, seed: int) -> optuna.samplers.BaseSampler:
     if name == "autotune":
-        # Multivariate TPE models flag interactions (gpu_memory_utilization x max_num_seqs
-        # decides the KV headroom); constant liar keeps parallel asks from collapsing onto
-        # one point while their trials run. Fewer random startup trials: the warm-start
-        # configs already cover the sensible region.
+        # Independent (univariate) TPE: with the few trials a GPU budget allows, per-flag
+        # densities learn "this flag value is good" sooner than a joint density over all
+        # flags. Measured in experiments/search (simulated): median 8.5 launched trials to a
+        # config within 1 % of the best p99 vs 11 with multivariate=True, group=True, over
+        # 10 seeds. The gpu_memory_utilization x max_num_seqs interaction that motivated
+        # multivariate is handled by the memory model, which rejects the configs that
+        # cannot start before the sampler ever sees them. Constant liar keeps parallel asks
+        # from collapsing onto one point while their trials run. 5 random startup trials:
+        # the warm-start configs (baseline + references) count toward them.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.TPESampler(
-                seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=8
-            )
+            return optuna.samplers.TPESampler(seed=seed, constant_liar=True, n_startup_trials=5)
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed)
     if name == "nsga2":

@@ -153,9 +153,9 @@ def summarize(rows: list[dict[str, Any]], trials: int, names: list[str], notes: 
         ww = fmt(statistics.mean([r["wasted_warm"] for r in rs]), 1)
         rej = f"{fmt(statistics.mean([r['rejected'] for r in rs]), 1)} ({sum(r['wrongly_rejected'] for r in rs)})"
         es = fmt(statistics.mean([r["early_stopped"] for r in rs]), 1)
-        out.append(f"| {name} | " + " | ".join(hv) + f" | {tt('5%')} | {tt('1%')} | {wall} | {gpu} | {tot} | {ws} / {ww} | {rej} | {es} |")
+        out.append(f"| {name} ({len(rs)}) | " + " | ".join(hv) + f" | {tt('5%')} | {tt('1%')} | {wall} | {gpu} | {tot} | {ws} / {ww} | {rej} | {es} |")
     head = (f"Target (ground truth, simulated): p99 {truth.target_p99:.2f} s at {truth.target['oom_per_1k']:.1f} OOM/1k; "
-            f"medians over {len({r['seed'] for r in rows})} seeds; {trials} launched trials per study; 4 simulated workers.")
+            f"medians over seeds (their number in parentheses); {trials} launched trials per study; 4 simulated workers.")
     return head + "\n\n" + "\n".join(out) + "\n"
 
 
@@ -206,20 +206,32 @@ def plots(rows: list[dict[str, Any]], names: list[str], trials: int) -> None:
     plt.close(fig)
 
 
+def load_rows(path: Path) -> list[dict[str, Any]]:
+    rows = [json.loads(line) for line in path.open()] if path.exists() else []
+    for r in rows:
+        r["hv"] = {int(k): v for k, v in r["hv"].items()}
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smoke test: 2 seeds, 12 trials, 3 strategies")
     ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--gp-seeds", type=int, default=None,
+                    help="seeds for gp (default --seeds); its ask costs ~10 s of CPU at 50 trials here")
     ap.add_argument("--trials", type=int, default=50)
     ap.add_argument("--workers", type=int, default=4, help="simulated GPU workers per study")
     ap.add_argument("--procs", type=int, default=2, help="CPU processes running studies")
     ap.add_argument("--strategies", nargs="*", default=None, help="names (default: all)")
     ap.add_argument("--out", type=Path, default=None, help="default experiments/search/results")
+    ap.add_argument("--fresh", action="store_true", help="discard runs.jsonl (else finished studies are kept)")
+    ap.add_argument("--report-only", action="store_true", help="table and plots from runs.jsonl")
     args = ap.parse_args()
     global RESULTS
     RESULTS = args.out or RESULTS
     if args.quick:
         args.seeds, args.trials = 2, 12
+        RESULTS = args.out or RESULTS / "quick"
     names = args.strategies or (QUICK if args.quick else list(STRATEGIES))
     notes = {}
     if "gp" in names and (why := _gp_available()):
@@ -228,26 +240,27 @@ def main() -> None:
     else:
         names_run = names
     RESULTS.mkdir(parents=True, exist_ok=True)
-    jobs = [(n, s, args.trials, args.workers) for s in range(args.seeds) for n in names_run]
-    jobs.sort(key=lambda j: j[0] != "gp")  # the slow one first
+    runs = RESULTS / "runs.jsonl"
+    if args.fresh and runs.exists():
+        runs.unlink()
+    done = {(r["strategy"], r["seed"], r.get("trials")) for r in load_rows(runs)}
+    gp_seeds = args.seeds if args.gp_seeds is None else args.gp_seeds
+    jobs = [(n, s, args.trials, args.workers) for n in names_run for s in range(gp_seeds if n == "gp" else args.seeds)
+            if (n, s, args.trials) not in done]
+    jobs.sort(key=lambda j: (j[0] == "gp", j[1]))  # the slow one last
     t0 = time.time()
-    rows = []
-    with mp.get_context("fork").Pool(args.procs) as pool:
-        for r in pool.imap_unordered(_job, jobs):
-            rows.append(r)
-            print(f"[{len(rows)}/{len(jobs)}] {r['strategy']} seed {r['seed']}: HV@{args.trials} "
-                  f"{100 * r['hv'][max(r['hv'])]:.0f}% to-target 5% {r['to_target']['5%']} 1% {r['to_target']['1%']} "
-                  f"({r['study_s']:.1f}s + {r['score_s']:.1f}s) [{time.time() - t0:.0f}s]", flush=True)
-    with (RESULTS / "runs.jsonl").open("w") as f:
-        for r in sorted(rows, key=lambda r: (r["strategy"], r["seed"])):
-            f.write(json.dumps(r, default=lambda x: None if isinstance(x, float) and math.isnan(x) else x) + "\n")
-    rows = [json.loads(line) for line in (RESULTS / "runs.jsonl").open()]
-    for r in rows:
-        r["hv"] = {int(k): v for k, v in r["hv"].items()}
-        for k in ("to_target", "wall_to_target_h", "gpu_to_target_h"):
-            r[k] = {a: (math.inf if b is None or b == math.inf else b) for a, b in r[k].items()}
+    if jobs and not args.report_only:
+        with mp.get_context("fork").Pool(args.procs) as pool, runs.open("a") as f:
+            for i, r in enumerate(pool.imap_unordered(_job, jobs)):
+                r["trials"] = args.trials
+                f.write(json.dumps(r) + "\n")
+                f.flush()
+                print(f"[{i + 1}/{len(jobs)}] {r['strategy']} seed {r['seed']}: HV@{args.trials} "
+                      f"{100 * r['hv'][max(r['hv'])]:.0f}% to-target 5% {r['to_target']['5%']} 1% {r['to_target']['1%']} "
+                      f"({r['study_s']:.1f}s + {r['score_s']:.1f}s) [{time.time() - t0:.0f}s]", flush=True)
+    rows = [r for r in load_rows(runs) if r.get("trials") == args.trials and r["strategy"] in names]
     cmd = ".venv/bin/python experiments/search/run.py" + (" --quick" if args.quick else "")
-    md = (f"<!-- generated by `{cmd}` in {time.time() - t0:.0f} s -->\n" + summarize(rows, args.trials, names, notes))
+    md = f"<!-- generated by `{cmd}` -->\n" + summarize(rows, args.trials, names, notes)
     (RESULTS / "results.md").write_text(md)
     plots(rows, names, args.trials)
     print(md)
