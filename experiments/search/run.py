@@ -231,7 +231,7 @@ def main() -> None:
     ap.add_argument("--procs", type=int, default=2, help="CPU processes running studies")
     ap.add_argument("--strategies", nargs="*", default=None, help="names (default: all)")
     ap.add_argument("--out", type=Path, default=None, help="default experiments/search/results")
-    ap.add_argument("--fresh", action="store_true", help="discard runs.jsonl (else finished studies are kept)")
+    ap.add_argument("--fresh", action="store_true", help="discard runs.jsonl (else finished studies are reused: use after code changes)")
     ap.add_argument("--report-only", action="store_true", help="table and plots from runs.jsonl")
     args = ap.parse_args()
     global RESULTS
@@ -248,7 +248,7 @@ def main() -> None:
         names_run = names
     RESULTS.mkdir(parents=True, exist_ok=True)
     runs = RESULTS / "runs.jsonl"
-    if args.fresh and runs.exists():
+    if (args.fresh or args.quick) and runs.exists():  # rows from older code would be reused otherwise
         runs.unlink()
     done = {(r["strategy"], r["seed"], r.get("trials")) for r in load_rows(runs)}
     gp_seeds = args.seeds if args.gp_seeds is None else args.gp_seeds
