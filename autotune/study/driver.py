@@ -29,7 +29,7 @@ from autotune.space import SearchSpace, space_fingerprint
 from autotune.study import seeding, strategy
 from autotune.study.objectives import constraint_values, objective_values
 from autotune.study.params import check_constraints, suggest_params
-from autotune.study.pareto import pareto_numbers
+from autotune.study.pareto import FrontCache, pareto_numbers
 from autotune.study.progress import Progress
 from autotune.study.pruning import StartupPredictor
 from autotune.study.recovery import (
@@ -183,6 +183,7 @@ class StudyDriver:
         self.run_dir.ensure()
         study = self._open_study()
         self.study = study
+        self.front = FrontCache(study, self.space)
         orphans = recover_orphans(study, self.me, self.opts.stale_after_s)
         self._sync_counts()
         mlflow_uri = self.space.study.mlflow_tracking_uri
@@ -204,7 +205,7 @@ class StudyDriver:
             f"{self.space.engine.backend}, {n_workers} worker(s) x {g} GPU(s), sampler {self.space.study.sampler}; "
             f"run dir {self.run_dir.root}"
         )
-        pool = WorkerPool(self.space.engine.backend, n_workers, g, c, self.opts.backend_kwargs)
+        pool = self._make_pool(n_workers, g, c)
         pool.start()
         self._pool = pool
         status = "FAILED"
@@ -221,6 +222,10 @@ class StudyDriver:
             self.name, self.run_dir.root, self.counts["complete"], self.counts["failed"], self.counts["rejected"],
             pareto_numbers(self.study, self.space), n_workers, time.time() - t0, self.launched,
         )
+
+    def _make_pool(self, n_workers: int, gpus: int, cpus: float) -> WorkerPool:
+        """The workers trials run on; the search benchmark swaps in a simulated-clock pool."""
+        return WorkerPool(self.space.engine.backend, n_workers, gpus, cpus, self.opts.backend_kwargs)
 
     def _loop(self, pool: WorkerPool) -> None:
         while True:
@@ -252,6 +257,7 @@ class StudyDriver:
         if now - self._last_beat > 5:
             with_retries(lambda: beat(self.study, self.me), "heartbeat")
             self._last_beat = now
+            self.front.invalidate()  # other drivers sharing the study may have moved it
             # A driver sharing the study may have died since we started: take its trials over.
             orphans = with_retries(lambda: recover_orphans(self.study, self.me, self.opts.stale_after_s), "recover")
             if orphans:
@@ -306,7 +312,7 @@ class StudyDriver:
             workload=self.space.workload,
             trial_dir=self.run_dir.trial_dir(trial.number).resolve(),
             seed=self.seed * 100_003 + trial.number,
-            early_stop=strategy.early_stop_rule(self.study, self.space),
+            early_stop=strategy.early_stop_rule(self.front.trials(), self.space),
         )
 
     def _reject(self, trial: optuna.Trial, flags: dict[str, Any], reason: str) -> None:
@@ -354,7 +360,9 @@ class StudyDriver:
             note = (note + " early-stopped").strip()
         self.progress.trial_done(trial.number, "complete", trial.user_attrs.get("role", "search"), values,
                                  self.counts["complete"], self.counts["failed"], self.counts["rejected"], self._pool.running, note)
-        self.progress.front([(t.number, t.values) for t in self._front()])
+        self.front.add(frozen)
+        if self.progress.enabled:
+            self.progress.front([(t.number, t.values) for t in self.front.trials()])
 
     def _fail_and_requeue(self, trial: optuna.Trial, reason: str) -> None:
         trial.set_user_attr("state", "failed")
@@ -399,10 +407,6 @@ class StudyDriver:
                 d = self.run_dir.trial_dir(t.number)
                 files = [d / n for n in ("flags.yaml", "requests.csv", "result.json", "server.log")]
                 self._log(t, [f for f in files if f.exists()])
-
-    def _front(self) -> list[FrozenTrial]:
-        front = set(pareto_numbers(self.study, self.space))
-        return [t for t in self.study.get_trials(deepcopy=False) if t.number in front]
 
     def _invocation_params(self, n_workers: int) -> dict[str, Any]:
         return {

@@ -36,11 +36,50 @@ def pareto_numbers(study: optuna.Study, space: SearchSpace) -> list[int]:
         return []
 
 
-def front_points(study: optuna.Study, space: SearchSpace) -> list[tuple[float, float]]:
-    """(oom_per_1k, p99_e2e_s) of the current front, for the early-stopping rule."""
+def front_points(front: list[FrozenTrial], space: SearchSpace) -> list[tuple[float, float]]:
+    """(oom_per_1k, p99_e2e_s) of the given front, for the early-stopping rule."""
     names = space.objective_names
     i, j = names.index("oom_per_1k"), names.index("p99_e2e_s")
-    return [(t.values[i], t.values[j]) for t in pareto_trials(study, space)]
+    return [(t.values[i], t.values[j]) for t in front]
+
+
+class FrontCache:
+    """The study's Pareto front, kept current without re-reading every trial.
+
+    ``study.best_trials`` reads and sorts all trials: O(n) per call, and the driver needs
+    the front after every trial (progress, early stopping), which made a study's total
+    cost quadratic. One driver's own results update the front incrementally; trials told
+    by other drivers sharing the study arrive through :meth:`invalidate` at each heartbeat.
+    """
+
+    def __init__(self, study: optuna.Study, space: SearchSpace) -> None:
+        self.study = study
+        self.space = space
+        self._front: list[FrozenTrial] | None = None
+        self._signs = [1.0 if d == "minimize" else -1.0 for d in (o.direction for o in space.objectives)]
+
+    def invalidate(self) -> None:
+        self._front = None
+
+    def trials(self) -> list[FrozenTrial]:
+        if self._front is None:
+            self._front = pareto_trials(self.study, self.space)
+        return self._front
+
+    def add(self, t: FrozenTrial) -> None:
+        """Fold in one newly told trial (same rule as ``best_trials``)."""
+        if self._front is None or not _launched(t):
+            return
+        if t.constraints and not feasible(t):
+            return
+        if any(self._dominates(f, t) for f in self._front):
+            return
+        self._front = sorted([f for f in self._front if not self._dominates(t, f)] + [t], key=lambda x: x.number)
+
+    def _dominates(self, a: FrozenTrial, b: FrozenTrial) -> bool:
+        av = [s * v for s, v in zip(self._signs, a.values, strict=True)]
+        bv = [s * v for s, v in zip(self._signs, b.values, strict=True)]
+        return all(x <= y for x, y in zip(av, bv, strict=True)) and av != bv
 
 
 @dataclass(frozen=True)

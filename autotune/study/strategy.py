@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import optuna
+from optuna.trial import FrozenTrial
 
 from autotune.backends import EarlyStopRule
 from autotune.space import SearchSpace
@@ -22,11 +22,11 @@ from autotune.study.pruning import StartupPredictor
 from autotune.study.seeding import ROLE_BASELINE, ROLE_REFERENCE
 
 
-def early_stop_rule(study: optuna.Study, space: SearchSpace) -> EarlyStopRule | None:
+def early_stop_rule(front: list[FrozenTrial], space: SearchSpace) -> EarlyStopRule | None:
     """The rule a trial's benchmark checks, from the front as it stands at dispatch."""
     if not space.study.strategy.early_stop or space.objective_names[:2] != ["oom_per_1k", "p99_e2e_s"]:
         return None
-    pts = front_points(study, space)
+    pts = front_points(front, space)
     return EarlyStopRule(front=tuple(pts)) if pts else None
 
 

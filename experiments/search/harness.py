@@ -31,6 +31,7 @@ from autotune.backends.sim import SimBackend
 from autotune.space import SearchSpace
 from autotune.study import seeding
 from autotune.study.driver import RunOptions, StudyDriver
+from autotune.study.pareto import FrontCache
 from autotune.study.progress import Progress
 from autotune.study.samplers import make_sampler
 from autotune.workers.pool import Finished
@@ -121,6 +122,7 @@ class BenchDriver(StudyDriver):
 
     def run_bench(self) -> tuple[optuna.Study, SimClockPool]:
         self.study = self._open_study()
+        self.front = FrontCache(self.study, self.space)
         self.tracker = _NullTracker()
         self._logged = {}
         self.progress = Progress(self.target, self.space.objective_names, False)

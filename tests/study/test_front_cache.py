@@ -1,0 +1,35 @@
+"""The driver's incremental Pareto front equals Optuna's best_trials after every tell."""
+
+from __future__ import annotations
+
+import random
+
+import optuna
+
+from autotune.space.schema import SearchSpace
+from autotune.study.pareto import FrontCache, pareto_trials
+
+SPACE = SearchSpace.model_validate({
+    "version": 1,
+    "engine": {"backend": "noop", "model": "m"},
+    "params": {"max_num_seqs": {"type": "int", "low": 1, "high": 64}},
+})
+
+
+def test_incremental_front_matches_best_trials():
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    rng = random.Random(7)
+    study = optuna.create_study(directions=["minimize", "minimize"])
+    cache = FrontCache(study, SPACE)
+    for i in range(120):
+        t = study.ask()
+        t.suggest_int("max_num_seqs", 1, 64)
+        role = "rejected" if i % 11 == 5 else "search"
+        t.set_user_attr("role", role)
+        t.set_constraint("startup_ok", 1.0 if rng.random() < 0.2 else -1.0)
+        # Coarse values make ties and exact duplicates common.
+        frozen = study.tell(t, [float(rng.randint(0, 5)), float(rng.randint(0, 8))])
+        cache.add(frozen)
+        assert [x.number for x in cache.trials()] == [x.number for x in pareto_trials(study, SPACE)]
+    cache.invalidate()
+    assert [x.number for x in cache.trials()] == [x.number for x in pareto_trials(study, SPACE)]
