@@ -8,6 +8,7 @@ for the CPU build, and the shim module hands over to fake_vllm_server.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -62,3 +63,12 @@ def fake_starts(tmp_path: Path) -> int:
 def fake_requests(tmp_path: Path) -> list[dict[str, Any]]:
     f = tmp_path / "fake-state" / "requests.jsonl"
     return [json.loads(x) for x in f.read_text().splitlines()] if f.exists() else []
+
+
+def group_gone(pid: int) -> bool:
+    """True once no process of the process group ``pid`` leads is left (the backend's stop worked)."""
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False

@@ -12,17 +12,10 @@ import pytest
 from autotune.backends.base import TrialRequest
 from autotune.backends.vllm import VllmBackend
 from autotune.results import FailureClass, RequestStatus, TrialStatus
+from tests.fakes.helpers import group_gone
 from tests.integration.conftest import TINY_FLAGS, cpu_server, tiny_workload
 
 pytestmark = pytest.mark.integration
-
-
-def _group_gone(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def test_one_real_trial(vllm_python, tiny_model, tmp_path):
@@ -48,7 +41,7 @@ def test_one_real_trial(vllm_python, tiny_model, tmp_path):
     assert res.extra["vllm_non_default_args"]["max_model_len"] == 256
     assert res.peak_mem_gib == [] and res.extra["nvml"]["available"] is False  # no NVML on CPU: no numbers
     pid = next(i["pid"] for n, i in events if n == "server_started")
-    assert _group_gone(pid)  # API server, EngineCore and workers all stopped
+    assert group_gone(pid)  # API server, EngineCore and workers all stopped
 
 
 def test_server_killed_mid_benchmark_is_a_crash_and_restarts(vllm_python, tiny_model, tmp_path):
@@ -78,7 +71,7 @@ def test_server_killed_mid_benchmark_is_a_crash_and_restarts(vllm_python, tiny_m
     assert statuses.count(RequestStatus.OK) + len(failed) == 24 and statuses.count(RequestStatus.OK) > 6
     assert set(pids) == {0, 1} and res.extra["restarts"] == 1
     assert res.gpu_time_s > res.startup_s + res.duration_s  # the restart's startup is GPU time too
-    assert all(_group_gone(p) for p in pids.values())
+    assert all(group_gone(p) for p in pids.values())
 
 
 @pytest.mark.parametrize("flags,needle", [

@@ -8,15 +8,13 @@ group, /health, streaming, log classification). Real-vLLM behaviour is in tests/
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from autotune.backends.base import EarlyStopRule
 from autotune.backends.vllm import VllmBackend
 from autotune.results import FailureClass, RequestStatus, TrialStatus
 from autotune.workload import generate_trace
-from tests.fakes.helpers import fake_request, fake_requests, fake_starts, small_workload
+from tests.fakes.helpers import fake_request, fake_requests, fake_starts, group_gone, small_workload
 
 
 @pytest.fixture
@@ -34,14 +32,6 @@ def _statuses(result) -> dict[RequestStatus, int]:
     for r in result.records:
         out[r.status] = out.get(r.status, 0) + 1
     return out
-
-
-def _group_gone(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def test_ok_trial_sends_exact_trace_and_reads_metrics(tmp_path, backend):
@@ -69,7 +59,7 @@ def test_ok_trial_sends_exact_trace_and_reads_metrics(tmp_path, backend):
     assert res.extra["output_token_mismatches"] == 0
     # The whole process group is gone once the trial returns.
     started = [i for n, i in backend.recorded if n == "server_started"]
-    assert started and all(_group_gone(i["pid"]) for i in started)
+    assert started and all(group_gone(i["pid"]) for i in started)
     assert (req.trial_dir / "server.log").read_text().count("GPU KV cache size") == 1
 
 
@@ -147,7 +137,7 @@ def test_server_never_ready_is_a_startup_hang_and_is_killed(tmp_path, backend):
     assert res.status == TrialStatus.STARTUP_FAILED and res.failure_class == FailureClass.HANG
     assert "not healthy after 3s" in res.failure_reason
     started = [i for n, i in backend.recorded if n == "server_started"]
-    assert started and _group_gone(started[0]["pid"])
+    assert started and group_gone(started[0]["pid"])
 
 
 def test_slow_start_is_waited_for(tmp_path, backend):
