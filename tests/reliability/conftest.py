@@ -14,7 +14,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from tests.conftest import AUTOTUNE
+from tests.conftest import AUTOTUNE, sqlite_study_ready
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -105,8 +105,8 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 def load(storage: str, name: str) -> optuna.Study | None:
-    if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
-        return None  # not created yet; opening it here would create it
+    if storage.startswith("sqlite:///") and not sqlite_study_ready(Path(storage.removeprefix("sqlite:///"))):
+        return None  # not created yet; opening it here would race the driver creating it
     try:
         return optuna.load_study(study_name=name, storage=storage)
     except KeyError:

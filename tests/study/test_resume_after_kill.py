@@ -12,13 +12,13 @@ import optuna
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from tests.conftest import AUTOTUNE
+from tests.conftest import AUTOTUNE, sqlite_study_ready
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _complete(db: Path, study: str) -> dict[int, tuple[float, ...]]:
-    if not db.exists():
+    if not sqlite_study_ready(db):
         return {}
     try:
         s = optuna.load_study(study_name=study, storage=f"sqlite:///{db}")
