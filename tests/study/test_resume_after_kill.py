@@ -62,7 +62,8 @@ def test_resume_after_sigkill_keeps_every_completed_trial(ray_cluster, tmp_path)
     assert requeued == sorted(orphaned)
     for t in failed:  # the re-run measured the same config
         rerun = next(x for x in study.trials if x.user_attrs.get("requeued_from") == t.number)
-        assert rerun.params == t.params
+        if t.params:  # killed before sampling anything: the re-run is a fresh sample
+            assert rerun.params == t.params
 
     c = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
     exp = c.get_experiment_by_name("noop_slow")
