@@ -7,7 +7,7 @@ URLs (a password). Everything that leaves the process goes through these maskers
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 MASK = "***"
 _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|CREDENTIAL|AUTH)", re.I)
@@ -40,7 +40,7 @@ def mask_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: (MASK if is_secret_name(k) else mask_url(v)) for k, v in env.items()}
 
 
-def secret_values(env: Mapping[str, str], urls: list[str | None] = ()) -> list[str]:  # type: ignore[assignment]
+def secret_values(env: Mapping[str, str], urls: Sequence[str | None] = ()) -> list[str]:
     """The literal secret strings, so free text (logs, failure reasons) can be scrubbed."""
     out = [v for k, v in env.items() if is_secret_name(k) and v]
     for url in urls:

@@ -62,3 +62,16 @@ def sqlite_study_ready(db: Path) -> bool:
             con.close()
     except sqlite3.Error:
         return False
+
+
+def with_setting(data: dict, dotted: str, value) -> dict:
+    """A deep copy of ``data`` with ``a.b.c`` set to ``value`` (intermediate dicts created)."""
+    import copy
+
+    out = copy.deepcopy(data)
+    cur = out
+    *parents, last = dotted.split(".")
+    for k in parents:
+        cur = cur.setdefault(k, {})
+    cur[last] = value
+    return out

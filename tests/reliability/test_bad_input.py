@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import AUTOTUNE, run_cli
+from tests.conftest import AUTOTUNE, run_cli, with_setting
 from tests.reliability.conftest import child_env, noop_space, write_space
 
 
@@ -27,13 +27,7 @@ def _base() -> dict[str, Any]:
 
 def _set(dotted: str, value: Any) -> Callable[[dict[str, Any]], dict[str, Any]]:
     def mutate(d: dict[str, Any]) -> dict[str, Any]:
-        d = copy.deepcopy(d)
-        cur = d
-        keys = dotted.split(".")
-        for k in keys[:-1]:
-            cur = cur.setdefault(k, {})
-        cur[keys[-1]] = value
-        return d
+        return with_setting(d, dotted, value)
 
     return mutate
 

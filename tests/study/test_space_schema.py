@@ -9,6 +9,7 @@ import yaml
 
 from autotune.errors import UserError
 from autotune.space import load_space
+from tests.conftest import with_setting
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,15 +27,9 @@ def _write(tmp_path: Path, data) -> Path:
 
 
 def _with(**changes):
-    import copy
-
-    d = copy.deepcopy(BASE)
+    d = BASE
     for dotted, value in changes.items():
-        cur = d
-        keys = dotted.split("__")
-        for k in keys[:-1]:
-            cur = cur.setdefault(k, {})
-        cur[keys[-1]] = value
+        d = with_setting(d, dotted.replace("__", "."), value)
     return d
 
 
