@@ -60,6 +60,34 @@ class RequestRecord:
         return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
 
 
+SERVER_LOG_CAP_CHARS = 2_000_000
+
+
+def cap_log(text: str, cap: int = SERVER_LOG_CAP_CHARS) -> str:
+    """``text`` cut to about ``cap`` characters: the head (the launch, vLLM's config and
+    startup) and the tail (where a death is explained) are kept, the middle is elided."""
+    if len(text) <= cap:
+        return text
+    head = cap // 4
+    tail = cap - head
+    skipped = len(text) - head - tail
+    return f"{text[:head]}\n[... autotune: {skipped} characters elided ...]\n{text[-tail:]}"
+
+
+@dataclass
+class TrialArtifacts:
+    """What a trial produced besides its numbers, shipped back inside the result.
+
+    Workers may run on another node than the driver, so nothing travels as a path: the
+    server log is text (capped by :func:`cap_log`), the GPU timeline and the /metrics
+    snapshots are plain lists. The driver alone writes them to the run directory and MLflow.
+    """
+
+    server_log: str = ""
+    gpu_timeline: list[dict[str, Any]] = field(default_factory=list)
+    metrics_snapshots: list[dict[str, Any]] = field(default_factory=list)
+
+
 @dataclass
 class TrialResult:
     """Everything a backend reports for one trial. ``metrics()`` gives the aggregates."""
@@ -82,15 +110,14 @@ class TrialResult:
     early_stopped: bool = False
     server_metrics: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    artifacts: TrialArtifacts = field(default_factory=TrialArtifacts)
 
     def metrics(self) -> dict[str, float]:
         """Aggregates over the records. Latency percentiles cover successful requests only."""
         return compute_metrics(self)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["records"] = [asdict(r) for r in self.records]
-        return d
+        return asdict(self)
 
 
 def _pct(values: list[float], q: float) -> float:

@@ -6,11 +6,11 @@ Backends know nothing of Optuna, Ray or MLflow. They receive plain data and retu
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
+from autotune.early_stop import EarlyStopRule
+from autotune.results import TrialResult
 from autotune.workload import WorkloadSpec
 
 
@@ -30,47 +30,18 @@ class ServerSpec:
     python: str | None = None
 
 
-@dataclass(frozen=True)
-class EarlyStopRule:
-    """Stop a benchmark once the trial is dominated by the current Pareto front.
-
-    ``front`` holds (oom_per_1k, p99_e2e_s) points already achieved. After at least
-    ``min_requests`` finished requests, the backend asks :meth:`should_stop` with the partial
-    OOM count and a lower bound on the final p99; the trial stops when a front point is at
-    least as good on OOMs (``f_oom <= oom floor``) and better on p99 by ``margin``
-    (``f_p99 * margin <= p99 lower bound``). Both bounds hold whatever the unsent requests
-    do: OOMs already counted cannot be undone (floor = ooms / total), and the p99 lower
-    bound is a rank statistic of latencies already observed. So a stopped trial is truly
-    dominated, and the values it reports (OOMs over the requests issued, p99 over those
-    finished; both >= the bounds) keep it dominated: they are conservative.
-    """
-
-    front: tuple[tuple[float, float], ...]
-    min_requests: int = 100
-    margin: float = 1.05
-
-    def should_stop(self, done: int, total: int, ooms: int, p99_lower_bound_s: float) -> bool:
-        if done < self.min_requests or not self.front or total <= 0:
-            return False
-        # Every future request could succeed: the final OOM rate is at least this.
-        oom_floor = 1000.0 * ooms / total
-        for f_oom, f_p99 in self.front:
-            if math.isnan(f_p99) or math.isnan(f_oom):
-                continue
-            if f_oom <= oom_floor and f_p99 * self.margin <= p99_lower_bound_s:
-                return True
-        return False
-
-
 @dataclass
 class TrialRequest:
-    """One trial to run: the full resolved flag set and the fixed benchmark."""
+    """One trial to run: the full resolved flag set and the fixed benchmark.
+
+    Plain data only, and no path of the driver's filesystem: the worker may run on another
+    node. Everything the trial produces comes back inside the :class:`TrialResult`.
+    """
 
     trial_number: int
     server: ServerSpec
     flags: dict[str, Any]  # vLLM names, fixed and sampled together
     workload: WorkloadSpec
-    trial_dir: Path
     seed: int = 0
     early_stop: EarlyStopRule | None = None
 
@@ -78,7 +49,7 @@ class TrialRequest:
 class Backend(Protocol):
     name: str
 
-    def run_trial(self, request: TrialRequest) -> Any:  # -> TrialResult
+    def run_trial(self, request: TrialRequest) -> TrialResult:
         """Run one trial, always returning a TrialResult (failures are results, not raises)."""
         ...
 

@@ -11,8 +11,6 @@ from autotune.loadgen.runner import (
     LoadGenerator,
     PhaseEnd,
     PhaseResult,
-    p99_lower_bound,
-    p99_rank_bound,
 )
 
 __all__ = [
@@ -21,7 +19,5 @@ __all__ = [
     "PhaseEnd",
     "PhaseResult",
     "RequestOutcome",
-    "p99_lower_bound",
-    "p99_rank_bound",
     "stream_completion",
 ]

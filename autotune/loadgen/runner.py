@@ -17,7 +17,6 @@ original spacing instead of arriving as one burst for the time the engine was do
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -59,25 +58,6 @@ class PhaseResult:
     @property
     def engine_failed(self) -> bool:
         return self.end in (PhaseEnd.ENGINE_DEAD, PhaseEnd.HANG)
-
-
-def p99_rank_bound(total: int) -> int:
-    """m such that, whatever the final number N <= total of successful requests, numpy's
-    linear-interpolated p99 is >= the m-th largest latency already observed (the same rule as
-    the simulator's ``p99_rank_bound`` in autotune/sim/engine.py, so early stop agrees)."""
-    return max(n - math.floor(0.99 * (n - 1)) for n in range(1, total + 1)) if total > 0 else 1
-
-
-def p99_lower_bound(ok_latencies: Sequence[float], total: int, rank: int | None = None) -> float:
-    """A lower bound on the trial's final p99 from the successful latencies seen so far.
-
-    Percentiles cover successful requests only and p99 is a rank statistic: once ``m`` values
-    are at least ``v``, the final p99 is at least ``v`` however many more succeed or fail.
-    """
-    m = rank if rank is not None else p99_rank_bound(total)
-    if len(ok_latencies) < m:
-        return 0.0
-    return float(sorted(ok_latencies)[-m])
 
 
 @dataclass

@@ -13,13 +13,12 @@ finished counts as ``oom``.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
 import random
 from dataclasses import dataclass, field
 
-from autotune.backends.base import EarlyStopRule
+from autotune.early_stop import EarlyStopRule, StopTally
 from autotune.results import FailureClass, RequestRecord, RequestStatus, TrialResult, TrialStatus
 from autotune.sim.deploy import Deployment
 from autotune.sim.events import Clock, LoadGenerator
@@ -37,13 +36,6 @@ API_BASE_S = 1.0e-3
 API_PER_PROMPT_TOKEN_S = 1.0e-6
 API_NOISE_SIGMA = 0.5
 MAX_DECODE_RUN = 4096  # steps taken at once, at most
-
-
-def p99_rank_bound(total: int) -> int:
-    """m such that, whatever the final number N <= total of successful requests, numpy's
-    linear-interpolated p99 is >= the m-th largest latency already observed: p99 >= x_i
-    with i = floor(0.99 (N - 1)), and x_i >= v once N - i values are >= v."""
-    return max(n - math.floor(0.99 * (n - 1)) for n in range(1, total + 1))
 
 
 @dataclass
@@ -73,9 +65,7 @@ class TrialSim:
         self.clock = Clock()
         self.gen = LoadGenerator(self.trace, workload.concurrency, workload.closed_loop)
         self.records: dict[int, RequestRecord] = {}
-        self.ok_latencies: list[float] = []
-        self.n_oom = 0
-        self.m_p99 = p99_rank_bound(self.total)
+        self.tally = StopTally(early_stop, self.total)
         self.stats = _Stats()
         self.stopped = False
         self.ended = False
@@ -207,7 +197,7 @@ class TrialSim:
             e2e = now - r.send_s
             ttft = (r.first_token_s - r.send_s) if r.first_token_s is not None else e2e
             self.records[r.idx] = RequestRecord(r.idx, r.send_s, ttft, e2e, r.prompt_len, r.generated)
-            bisect.insort(self.ok_latencies, e2e)
+            self.tally.add(RequestStatus.OK, e2e)
             self.gen.finished(now)
             self._check_stop()
             if self.stopped:
@@ -216,6 +206,8 @@ class TrialSim:
 
     def _fail(self, idx: int, send_s: float, prompt: int, generated: int, status: RequestStatus, why: str) -> None:
         self.records[idx] = RequestRecord(idx, send_s, None, None, prompt, generated, status, why)
+        if status != RequestStatus.NOT_RUN:
+            self.tally.add(status, None)
 
     def _crash(self, tokens: int) -> None:
         now = self.clock.now
@@ -230,13 +222,11 @@ class TrialSim:
         self.inbound = []
         for r in lost:
             self._fail(r.idx, r.send_s, r.prompt_len, r.generated, RequestStatus.OOM, "engine died: CUDA OOM")
-        self.n_oom += len(lost)
         self.gen.finished(now, len(lost))
         if st.crashes > self.workload.max_restarts:
             for tr in self.gen.take_rest():
                 self._fail(tr.index, now, tr.prompt_len, 0, RequestStatus.OOM,
                            f"not served: engine died {st.crashes} times (max_restarts={self.workload.max_restarts})")
-                self.n_oom += 1
             self.ended = True
             return
         self._check_stop()
@@ -249,16 +239,8 @@ class TrialSim:
         self._new_engine()
         self.gen.reopen(self.clock.now)
 
-    def _p99_lower_bound(self) -> float:
-        lat = self.ok_latencies
-        return lat[-self.m_p99] if len(lat) >= self.m_p99 else 0.0
-
     def _check_stop(self) -> None:
-        rule = self.early_stop
-        if rule is None:
-            return
-        done = len(self.records)
-        if rule.should_stop(done, self.total, self.n_oom, self._p99_lower_bound()):
+        if self.tally.should_stop():
             self.stopped = True
 
     def _result(self) -> TrialResult:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from autotune.backends.base import EarlyStopRule
+from autotune.early_stop import EarlyStopRule
 from autotune.errors import UserError
 from autotune.results import FailureClass, TrialResult, startup_failure
 from autotune.sim.deploy import resolve_deployment

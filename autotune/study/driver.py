@@ -43,7 +43,13 @@ from autotune.study.recovery import (
 )
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import check_url, expand_url, open_storage, with_retries
-from autotune.study.trial_files import write_flags, write_requests_csv, write_result_json, write_server_log
+from autotune.study.trial_files import (
+    write_flags,
+    write_gpu_timeline,
+    write_requests_csv,
+    write_result_json,
+    write_server_log,
+)
 from autotune.tracking.mlflow_tracker import MlflowTracker, TrialLog
 from autotune.tracking.report import finalize_tracking, trial_log_from_frozen
 from autotune.workers.cluster import ClusterInfo, connect, disconnect, plan_workers
@@ -310,7 +316,6 @@ class StudyDriver:
             server=server,
             flags=dict(flags),
             workload=self.space.workload,
-            trial_dir=self.run_dir.trial_dir(trial.number).resolve(),
             seed=self.seed * 100_003 + trial.number,
             early_stop=strategy.early_stop_rule(self.front.trials(), self.space),
         )
@@ -377,14 +382,12 @@ class StudyDriver:
                                  self.counts["failed"], self.counts["rejected"], self._pool.running, note=f"{reason}; re-enqueued")
 
     def _write_trial_files(self, request: TrialRequest, result: TrialResult, metrics: dict[str, float]) -> list[Path]:
-        d = request.trial_dir
+        d = self.run_dir.trial_dir(request.trial_number)
         result.failure_reason = scrub(result.failure_reason, self.secrets)
         result.failure_evidence = [scrub(x, self.secrets) for x in result.failure_evidence]
+        result.artifacts.server_log = scrub(result.artifacts.server_log, self.secrets)
         paths = [write_flags(d, request.flags), write_requests_csv(d, result), write_result_json(d, result, metrics)]
-        server_log = write_server_log(d, result)
-        if server_log is not None:
-            server_log.write_text(scrub(server_log.read_text(errors="replace"), self.secrets))
-            paths.append(server_log)
+        paths += [p for p in (write_server_log(d, result), write_gpu_timeline(d, result)) if p is not None]
         return paths
 
     # ---- tracking ------------------------------------------------------------------------
@@ -405,7 +408,7 @@ class StudyDriver:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
             if t.number not in self._logged and is_mine_or_orphaned(t, self.me, beats, self.opts.stale_after_s):
                 d = self.run_dir.trial_dir(t.number)
-                files = [d / n for n in ("flags.yaml", "requests.csv", "result.json", "server.log")]
+                files = [d / n for n in ("flags.yaml", "requests.csv", "result.json", "server.log", "gpu_timeline.json")]
                 self._log(t, [f for f in files if f.exists()])
 
     def _invocation_params(self, n_workers: int) -> dict[str, Any]:

@@ -38,7 +38,7 @@ def objective_values(metrics: Mapping[str, float], space: SearchSpace) -> list[f
     they are conservative estimates: oom_per_1k counts OOMs over the requests issued (at
     least the final rate's floor, OOMs over all requests) and p99 is over the requests
     finished, which is at least the rank bound the early-stop rule proved dominated
-    (autotune.backends.base.EarlyStopRule). So a stopped trial stays dominated."""
+    (autotune.early_stop.EarlyStopRule). So a stopped trial stays dominated."""
     values = []
     for obj in space.objectives:
         v = metrics.get(obj.metric, math.nan)

@@ -15,7 +15,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
-from autotune.backends import EarlyStopRule
+from autotune.early_stop import EarlyStopRule
 from autotune.space import SearchSpace
 from autotune.study.pareto import front_points
 from autotune.study.pruning import StartupPredictor

@@ -34,18 +34,28 @@ def write_result_json(trial_dir: Path, result: TrialResult, metrics: dict[str, f
     path = trial_dir / "result.json"
     d = result.to_dict()
     d.pop("records")
+    d.pop("artifacts")
     d["metrics"] = metrics
     path.write_text(json.dumps(d, indent=1, default=str, allow_nan=True))
     return path
 
 
 def write_server_log(trial_dir: Path, result: TrialResult) -> Path | None:
-    """The server log, if the backend shipped it back (its node may not be the driver's)."""
+    """The server log the backend shipped back in the result (its node may not be the driver's)."""
+    text = result.artifacts.server_log
+    if not text:
+        return None
     path = trial_dir / "server.log"
-    text = result.extra.get("server_log")
-    if text and not path.exists():
-        path.write_text(text)
-    return path if path.exists() else None
+    path.write_text(text)
+    return path
+
+
+def write_gpu_timeline(trial_dir: Path, result: TrialResult) -> Path | None:
+    if not result.artifacts.gpu_timeline:
+        return None
+    path = trial_dir / "gpu_timeline.json"
+    path.write_text(json.dumps(result.artifacts.gpu_timeline))
+    return path
 
 
 def _f(v: float | None) -> str:

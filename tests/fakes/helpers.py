@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from autotune.backends.base import EarlyStopRule, ServerSpec, TrialRequest
+from autotune.backends.base import ServerSpec, TrialRequest
+from autotune.early_stop import EarlyStopRule
 from autotune.workload import LengthDist, WorkloadSpec
 
 SHIM = Path(__file__).resolve().parent / "shim"
@@ -50,7 +51,6 @@ def fake_request(tmp_path: Path, workload: WorkloadSpec | None = None, flags: di
         server=fake_server_spec(state, startup_timeout_s=startup_timeout_s, env=env, **cfg),
         flags=flags or {"max_num_seqs": 8},
         workload=workload or small_workload(),
-        trial_dir=tmp_path / f"trial-{trial}",
         early_stop=early_stop,
     )
 

@@ -23,7 +23,7 @@ def main(out: Path) -> None:
     backend = VllmBackend()
     try:
         res = backend.run_trial(TrialRequest(0, cpu_server(model, str(VLLM_PYTHON)), dict(TINY_FLAGS),
-                                             tiny_workload(), out / "trial-0"))
+                                             tiny_workload()))
     finally:
         backend.close()
     m = res.metrics()

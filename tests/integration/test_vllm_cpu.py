@@ -23,7 +23,7 @@ def test_one_real_trial(vllm_python, tiny_model, tmp_path):
     backend = VllmBackend(events=lambda n, i: events.append((n, i)))
     try:
         res = backend.run_trial(TrialRequest(0, cpu_server(tiny_model, vllm_python), dict(TINY_FLAGS),
-                                             tiny_workload(), tmp_path / "trial-0"))
+                                             tiny_workload()))
     finally:
         backend.close()
     assert res.status == TrialStatus.OK and res.failure_class == FailureClass.NONE, res.failure_reason
@@ -58,7 +58,7 @@ def test_server_killed_mid_benchmark_is_a_crash_and_restarts(vllm_python, tiny_m
     backend = VllmBackend(events=on_event)
     try:
         res = backend.run_trial(TrialRequest(0, cpu_server(tiny_model, vllm_python), dict(TINY_FLAGS),
-                                             tiny_workload(), tmp_path / "trial-0"))
+                                             tiny_workload()))
     finally:
         backend.close()
     assert res.status == TrialStatus.OK
@@ -84,7 +84,7 @@ def test_invalid_flag_value_is_invalid_config(vllm_python, tiny_model, tmp_path,
     backend = VllmBackend()
     try:
         res = backend.run_trial(TrialRequest(0, cpu_server(tiny_model, vllm_python), {**TINY_FLAGS, **flags},
-                                             tiny_workload(num_requests=4), tmp_path / "trial-0"))
+                                             tiny_workload(num_requests=4)))
     finally:
         backend.close()
     assert res.status == TrialStatus.STARTUP_FAILED
@@ -99,7 +99,7 @@ def test_kv_cache_smaller_than_max_model_len_is_a_real_startup_oom(vllm_python, 
     try:
         res = backend.run_trial(TrialRequest(0, cpu_server(tiny_model, vllm_python),
                                              {**TINY_FLAGS, "num_gpu_blocks_override": 8},
-                                             tiny_workload(num_requests=4), tmp_path / "trial-0"))
+                                             tiny_workload(num_requests=4)))
     finally:
         backend.close()
     assert res.failure_class == FailureClass.STARTUP_OOM

@@ -8,7 +8,8 @@ import json
 import numpy as np
 from aiohttp import web
 
-from autotune.loadgen import LoadGenerator, PhaseEnd, p99_lower_bound, p99_rank_bound
+from autotune.early_stop import p99_lower_bound, p99_rank_bound
+from autotune.loadgen import LoadGenerator, PhaseEnd
 from autotune.loadgen.client import ErrorKind
 from autotune.workload import LengthDist, WorkloadSpec, generate_trace
 

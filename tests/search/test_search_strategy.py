@@ -15,7 +15,7 @@ import optuna
 import pytest
 import run as R
 
-from autotune.backends import EarlyStopRule
+from autotune.early_stop import EarlyStopRule
 from autotune.sim import predict_startup, simulate_trial
 from autotune.space.schema import StrategySection
 from autotune.study.objectives import (

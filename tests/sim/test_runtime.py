@@ -8,11 +8,12 @@ import random
 import numpy as np
 import pytest
 
-from autotune.backends import EarlyStopRule, ServerSpec, TrialRequest, get_backend
+from autotune.backends import ServerSpec, TrialRequest, get_backend
+from autotune.early_stop import EarlyStopRule
 from autotune.results import FailureClass, RequestStatus, TrialStatus
 from autotune.sim import simulate_trial
 from autotune.sim.deploy import resolve_deployment
-from autotune.sim.engine import p99_rank_bound
+from autotune.early_stop import p99_rank_bound
 from autotune.sim.hazard import Hazard
 from autotune.sim.memory import plan_startup
 from autotune.workload import generate_trace
@@ -207,11 +208,11 @@ def test_sim_backend_through_the_registry(tmp_path, workload):
     backend = get_backend("sim")
     req = TrialRequest(trial_number=0, server=ServerSpec(model=QWEN72B, gpu=A100),
                        flags=qwen_flags(gpu_memory_utilization=0.92, max_num_seqs=None), workload=workload,
-                       trial_dir=tmp_path, seed=1)
+                       seed=1)
     res = backend.run_trial(req)
     backend.close()
     assert backend.name == "sim" and res.backend == "sim" and res.status == TrialStatus.OK
     assert res.kv_cache_tokens > 0 and len(res.peak_mem_gib) == 2
     failed = backend.run_trial(TrialRequest(0, ServerSpec(model=QWEN72B, gpu=A100),
-                                            qwen_flags(gpu_memory_utilization=0.85), workload, tmp_path))
+                                            qwen_flags(gpu_memory_utilization=0.85), workload))
     assert failed.status == TrialStatus.STARTUP_FAILED and failed.metrics()["oom_per_1k"] == 1000.0

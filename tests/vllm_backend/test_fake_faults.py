@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.backends.base import EarlyStopRule
+from autotune.early_stop import EarlyStopRule
 from autotune.backends.vllm import VllmBackend
 from autotune.results import FailureClass, RequestStatus, TrialStatus
 from autotune.workload import generate_trace
@@ -60,7 +60,7 @@ def test_ok_trial_sends_exact_trace_and_reads_metrics(tmp_path, backend):
     # The whole process group is gone once the trial returns.
     started = [i for n, i in backend.recorded if n == "server_started"]
     assert started and all(group_gone(i["pid"]) for i in started)
-    assert (req.trial_dir / "server.log").read_text().count("GPU KV cache size") == 1
+    assert res.artifacts.server_log.count("GPU KV cache size") == 1
 
 
 def test_runtime_oom_fails_in_flight_requests_and_restarts(tmp_path, backend):
@@ -180,6 +180,5 @@ def test_early_stop_after_an_oom_skips_the_restart(tmp_path, backend):
 
 def test_secrets_in_env_are_masked_in_the_log(tmp_path, backend):
     req = fake_request(tmp_path, env={"HF_TOKEN": "hf_sekrit_value", "MY_API_KEY": "k-sekrit"})
-    backend.run_trial(req)
-    log = (req.trial_dir / "server.log").read_text()
+    log = backend.run_trial(req).artifacts.server_log
     assert "sekrit" not in log and '"HF_TOKEN": "***"' in log

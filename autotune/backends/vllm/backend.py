@@ -13,21 +13,21 @@ result; only a worker-level problem (GPU memory not coming back) raises.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import json
 import math
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
 import numpy as np
 
-from autotune.backends.base import EarlyStopRule, TrialRequest
+from autotune.backends.base import TrialRequest
 from autotune.backends.vllm.classify import (
     Classification,
     classify_death,
@@ -45,13 +45,15 @@ from autotune.backends.vllm.server import (
     served_model_name,
 )
 from autotune.backends.vllm.weights import prefetch_weights
-from autotune.loadgen import LoadGenerator, PhaseEnd, RequestOutcome, p99_rank_bound
+from autotune.early_stop import StopTally
+from autotune.loadgen import LoadGenerator, PhaseEnd, RequestOutcome
 from autotune.results import (
     FailureClass,
     RequestRecord,
     RequestStatus,
     TrialResult,
     TrialStatus,
+    cap_log,
     startup_failure,
 )
 from autotune.telemetry import NvmlReport, NvmlSampler
@@ -59,34 +61,6 @@ from autotune.workload import TraceRequest, generate_trace
 
 T = TypeVar("T")
 EventHook = Callable[[str, dict[str, Any]], None]
-
-
-@dataclass
-class _Tally:
-    """Running totals for the early-stop rule, over every phase of the trial."""
-
-    rule: EarlyStopRule | None
-    total: int
-    done: int = 0
-    ooms: int = 0
-    ok_e2e: list[float] = field(default_factory=list)  # kept sorted
-    rank: int = 1
-
-    def __post_init__(self) -> None:
-        self.rank = p99_rank_bound(self.total)
-
-    def add(self, status: RequestStatus, e2e: float | None) -> None:
-        self.done += 1
-        if status == RequestStatus.OOM:
-            self.ooms += 1
-        elif status == RequestStatus.OK and e2e is not None:
-            bisect.insort(self.ok_e2e, e2e)
-
-    def should_stop(self) -> bool:
-        if self.rule is None:
-            return False
-        lower = self.ok_e2e[-self.rank] if len(self.ok_e2e) >= self.rank else 0.0
-        return self.rule.should_stop(self.done, self.total, self.ooms, lower)
 
 
 async def scrape_metrics(session: aiohttp.ClientSession, base_url: str, timeout_s: float = 10.0) -> Snapshot | None:
@@ -275,8 +249,9 @@ class VllmBackend:
     def run_trial(self, req: TrialRequest) -> TrialResult:
         env = {**os.environ, **req.server.env}
         gpu_wait = self._gpu_ready(env)  # may raise GpuMemoryNotReleased: a worker-level failure
-        trial_dir = Path(req.trial_dir)
-        trial_dir.mkdir(parents=True, exist_ok=True)
+        # Scratch space on this worker's node for the server log; the text travels back in the
+        # result, so nothing here depends on the driver's filesystem.
+        trial_dir = Path(tempfile.mkdtemp(prefix=f"autotune-trial-{req.trial_number}-"))
         extra: dict[str, Any] = {"gpu_memory_wait": gpu_wait}
         load_format = req.flags.get("load_format")
         try:
@@ -294,11 +269,14 @@ class VllmBackend:
             for srv in list(self._servers):
                 self._stop(srv)
             report = self._sampler.stop()
-        self._attach_nvml(result, report, trial_dir)
-        (trial_dir / "result.json").write_text(json.dumps(result.to_dict(), default=str, indent=1))
+        self._attach_nvml(result, report)
+        log = trial_dir / "server.log"
+        if log.exists():
+            result.artifacts.server_log = cap_log(log.read_text(errors="replace"))
+        shutil.rmtree(trial_dir, ignore_errors=True)
         return result
 
-    def _attach_nvml(self, result: TrialResult, report: NvmlReport, trial_dir: Path) -> None:
+    def _attach_nvml(self, result: TrialResult, report: NvmlReport) -> None:
         if not report.available:
             result.peak_mem_gib = []
             result.extra["nvml"] = {"available": False, "reason": report.reason}
@@ -309,7 +287,8 @@ class VllmBackend:
             "peak_used_gib": report.peak_used_gib, "peak_util_pct": report.peak_util_pct,
             "mean_util_pct": report.mean_util_pct, "samples": len(report.timeline),
         }
-        (trial_dir / "gpu_timeline.json").write_text(json.dumps(report.timeline_downsampled(500)))
+        result.artifacts.gpu_timeline = [{"t_s": t, "used_gib": used, "util_pct": util}
+                                         for t, used, util in report.timeline_downsampled(500)]
 
     async def _trial(self, req: TrialRequest, env: dict[str, str], trial_dir: Path,
                      extra: dict[str, Any]) -> TrialResult:
@@ -319,7 +298,6 @@ class VllmBackend:
         config = _local_model_config(req.server.model)
         max_len = req.flags.get("max_model_len") or config.get("max_position_embeddings")
         trace = generate_trace(spec, max_model_len=int(max_len) if max_len else None)
-        extra["server_log"] = str(log)
 
         # First start: its time-to-ready is startup_s (weights were fetched before, not counted).
         srv = self._new_server(req, env, log, 0)
@@ -333,7 +311,7 @@ class VllmBackend:
         kv_tokens = kv_cache_tokens_from_log(first_lines)
 
         records: dict[int, RequestRecord] = {}
-        tally = _Tally(req.early_stop, total)
+        tally = StopTally(req.early_stop, total)
         deaths: list[Classification] = []
         itl: list[float] = []
         mismatched = 0
