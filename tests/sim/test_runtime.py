@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 
 from autotune.backends import ServerSpec, TrialRequest, get_backend
-from autotune.early_stop import EarlyStopRule
+from autotune.early_stop import EarlyStopRule, p99_rank_bound
 from autotune.results import FailureClass, RequestStatus, TrialStatus
 from autotune.sim import simulate_trial
 from autotune.sim.deploy import resolve_deployment
-from autotune.early_stop import p99_rank_bound
 from autotune.sim.hazard import Hazard
 from autotune.sim.memory import plan_startup
 from autotune.workload import generate_trace

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.early_stop import EarlyStopRule
 from autotune.backends.vllm import VllmBackend
+from autotune.early_stop import EarlyStopRule
 from autotune.results import FailureClass, RequestStatus, TrialStatus
 from autotune.workload import generate_trace
 from tests.fakes.helpers import fake_request, fake_requests, fake_starts, group_gone, small_workload
