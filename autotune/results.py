@@ -109,6 +109,9 @@ class TrialResult:
     gpu_time_s: float = 0.0  # time the GPUs were held: startups, restarts and benchmark
     early_stopped: bool = False
     server_metrics: dict[str, float] = field(default_factory=dict)
+    # Things a user must know when reading this trial's numbers (e.g. a flag the simulator
+    # does not model was set); the driver records them with the trial.
+    warnings: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     artifacts: TrialArtifacts = field(default_factory=TrialArtifacts)
 
