@@ -72,3 +72,20 @@ def test_concurrent_workers_download_once(tmp_path, monkeypatch):
     weights_mod._done_in_process.clear()
     weights_mod.prefetch_weights("org/other", download_dir=str(tmp_path / "dl"), load_format="dummy")
     assert "*.safetensors" not in calls[-1]["allow_patterns"]
+
+
+def test_a_second_call_in_the_same_process_downloads_nothing(tmp_path, monkeypatch):
+    # The cause of the old flake: the in-process memo handed a later caller the first call's
+    # result, "downloaded" included, so two of three threads could both report a download.
+    calls: list[dict] = []
+
+    def snapshot_download(**kw):
+        calls.append(kw)
+        return str(tmp_path / "snap")
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(snapshot_download=snapshot_download))
+    monkeypatch.setattr(weights_mod, "_done_in_process", {})
+    first = weights_mod.prefetch_weights("org/model", download_dir=str(tmp_path / "dl"))
+    second = weights_mod.prefetch_weights("org/model", download_dir=str(tmp_path / "dl"))
+    assert first.downloaded and not second.downloaded and len(calls) == 1
+    assert second.path == first.path

@@ -16,13 +16,15 @@ import fcntl
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 # With --load-format dummy vLLM still reads the config and tokenizer, never the weights.
 _CONFIG_PATTERNS = ["*.json", "*.model", "*.txt", "*.tiktoken", "*.py"]
 _WEIGHT_PATTERNS = [*_CONFIG_PATTERNS, "*.safetensors"]
 
+# What this process already fetched or found, so later trials skip even the lock. Shared by
+# every thread of the process: a hit is reported as "not downloaded by this call".
 _done_in_process: dict[tuple[str, str, bool], PrefetchResult] = {}
 
 
@@ -55,7 +57,10 @@ def prefetch_weights(model: str, download_dir: str | None = None, load_format: s
     dummy = (load_format or "").lower() == "dummy"
     key = (model, str(download_dir), dummy)
     if key in _done_in_process:
-        return _done_in_process[key]
+        # Another call (possibly another thread, at this very moment) did the work: this
+        # call fetched nothing, whatever that one reported.
+        return replace(_done_in_process[key], downloaded=False, seconds=time.monotonic() - t0,
+                       note="already on this node (this process)")
     cache = _cache_dir(download_dir)
     locks = cache / ".autotune-locks"
     locks.mkdir(parents=True, exist_ok=True)
