@@ -10,18 +10,16 @@ from typing import Annotated, Any
 import typer
 
 from autotune.cli.app import app
-from autotune.engine import FLAG_SPECS
+from autotune.engine import FLAG_SPECS, unmodelled_flags
 from autotune.errors import UserError
 from autotune.results import TrialResult
-from autotune.space import load_space
+from autotune.space import SearchSpace, load_space, unmodelled_flag_error
 
 JSON_KEYS = (
     "p50_e2e_s", "p90_e2e_s", "p99_e2e_s", "mean_e2e_s", "p50_ttft_s", "p99_ttft_s", "mean_tpot_s",
     "p99_tpot_s", "oom_per_1k", "crashes", "preemptions", "output_tok_per_s", "requests", "requests_ok",
     "requests_oom", "kv_cache_tokens", "startup_s", "duration_s", "gpu_time_s",
 )
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
@@ -35,23 +33,22 @@ def parse_set(items: list[str]) -> dict[str, Any]:
         spec = FLAG_SPECS.get(name)
         if spec is None:
             raise UserError(f"--set {item!r}: unknown vLLM flag {name!r}; use vLLM's EngineArgs name (e.g. max_num_seqs)")
-        raw = raw.strip()
-        if raw.lower() in ("none", "null", "default"):
-            out[name] = None
-            continue
         try:
-            if spec.type is bool:
-                if raw.lower() not in _TRUE | _FALSE:
-                    raise ValueError
-                value: Any = raw.lower() in _TRUE
-            else:
-                value = spec.type(raw)
-        except ValueError:
-            raise UserError(f"--set {item!r}: {name} takes a {spec.type.__name__}, not {raw!r}") from None
-        if spec.choices and value not in spec.choices:
-            raise UserError(f"--set {item!r}: {name} must be one of {', '.join(map(str, spec.choices))}")
-        out[name] = value
+            out[name] = spec.parse(raw)
+        except ValueError as e:
+            raise UserError(f"--set {item!r}: {e}") from None
     return out
+
+
+def refuse_unmodelled(sp: SearchSpace, fixed: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """One line naming a flag the simulator would ignore, unless the space accepts that."""
+    if sp.engine.allow_unmodelled_flags:
+        return
+    unset_fixed = {k: v for k, v in fixed.items() if k not in overrides}
+    found = [(f"--set {n}", n) for n in unmodelled_flags(overrides)]
+    found += [(f"engine.flags.{n}", n) for n in unmodelled_flags(unset_fixed)]
+    if found:
+        raise unmodelled_flag_error(*found[0])
 
 
 def _clean(v: float) -> float | None:
@@ -72,7 +69,9 @@ def summary(result: TrialResult) -> dict[str, Any]:
     out["peak_mem_gib"] = result.peak_mem_gib
     out["early_stopped"] = result.early_stopped
     out["mem_gib"] = result.extra.get("mem_gib", {})
-    out["prefix_cache_hit_rate"] = result.server_metrics.get("prefix_cache_hit_rate")
+    for k in ("prefix_cache_hit_rate", "prefix_cache_hits", "prefix_cache_queries"):
+        out[k] = _clean(result.server_metrics.get(k, math.nan))
+    out["warnings"] = list(result.warnings)
     return out
 
 
@@ -95,7 +94,9 @@ def simulate(
     from autotune.sim import simulate_trial
 
     sp = load_space(space)
-    flags = {**sp.fixed_flags(), **parse_set(set_ or [])}
+    overrides = parse_set(set_ or [])
+    refuse_unmodelled(sp, sp.fixed_flags(), overrides)
+    flags = {**sp.fixed_flags(), **overrides}
     result = simulate_trial(sp.engine.model, sp.engine.gpu, flags, sp.workload, seed=seed)
     out = summary(result)
     if as_json:
@@ -110,3 +111,5 @@ def simulate(
     mem = out["mem_gib"]
     if mem:
         typer.echo("  memory per GPU (GiB): " + ", ".join(f"{k} {v:.2f}" for k, v in mem.items()))
+    for w in out["warnings"]:
+        typer.echo(f"  warning: {w}")

@@ -1,10 +1,8 @@
-"""The defaults vLLM resolves when a flag is left unset, which depend on the GPU.
+"""The values vLLM resolves for flags left unset, which depend on the device.
 
-Source: vLLM ``EngineArgs._set_default_args`` (vllm/engine/arg_utils.py, V1 engine). For the
-OpenAI API server, GPUs with >= 70 GiB that are not A100s get max_num_batched_tokens 8192
-and max_num_seqs 1024; every other GPU (the A100-80GB included) gets 2048 and 256. V1
-enables chunked prefill and prefix caching by default (unlike vLLM 0.8's V0 engine, which
-the field report used).
+The defaults themselves are declared with each flag (:mod:`autotune.engine.config`); this
+module picks the device class and applies the adjustments vLLM 0.32.0 makes to its batch
+defaults (``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``).
 """
 
 from __future__ import annotations
@@ -12,36 +10,57 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-BASE_DEFAULTS: dict[str, Any] = {
-    "tensor_parallel_size": 1,
-    "gpu_memory_utilization": 0.9,
-    "block_size": 16,
-    "enable_prefix_caching": True,
-    "enable_chunked_prefill": True,
-    "enforce_eager": False,
-    "kv_cache_dtype": "auto",
-    "dtype": "auto",
-}
+from autotune.engine.config import FLAG_SPECS
+from autotune.engine.spec import DeviceClass, PerDevice
+
+GPU_70GB_GIB = 70.0
+GPU_160GB_GIB = 160.0
 
 
-def server_scheduler_defaults(gpu_name: str, gpu_mem_gib: float) -> dict[str, int]:
-    """max_num_batched_tokens / max_num_seqs that `vllm serve` picks on this GPU."""
-    if gpu_mem_gib >= 70 and "a100" not in gpu_name.lower():
-        return {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}
-    return {"max_num_batched_tokens": 2048, "max_num_seqs": 256}
+def device_class(gpu_name: str, gpu_mem_gib: float | None) -> DeviceClass:
+    """The class vLLM picks its defaults by, for the device named in a space.
 
-
-def resolve_defaults(flags: Mapping[str, Any], gpu_name: str, gpu_mem_gib: float) -> dict[str, Any]:
-    """``flags`` with every unset (None or absent) engine flag replaced by vLLM's default.
-
-    max_model_len has no GPU-independent default (it comes from the model config), so it
-    must be given; the caller resolves it from the model.
+    ``cpu`` is vLLM's CPU build. A GPU autotune has no memory figure for (``gpu_mem_gib``
+    None) gets :attr:`DeviceClass.GPU`: the class vLLM itself falls back to when it cannot
+    read the device (``get_batch_defaults`` then takes ``device_memory = 0``).
     """
-    out: dict[str, Any] = {**BASE_DEFAULTS, **server_scheduler_defaults(gpu_name, gpu_mem_gib)}
-    out.update({k: v for k, v in flags.items() if v is not None})
-    if not out.get("enable_chunked_prefill", True) and "max_num_batched_tokens" not in {
-        k for k, v in flags.items() if v is not None
-    }:
-        # Without chunked prefill a whole prompt must fit one step: vLLM raises the budget.
-        out["max_num_batched_tokens"] = max(out["max_num_batched_tokens"], out.get("max_model_len") or 0)
+    if gpu_name.strip().lower() == "cpu":
+        return DeviceClass.CPU
+    if gpu_mem_gib is None:
+        return DeviceClass.GPU
+    if gpu_mem_gib >= GPU_160GB_GIB:
+        return DeviceClass.GPU_160GB
+    if gpu_mem_gib >= GPU_70GB_GIB and "a100" not in gpu_name.lower():
+        return DeviceClass.GPU_70GB
+    return DeviceClass.GPU
+
+
+def resolve_defaults(flags: Mapping[str, Any], gpu_name: str, gpu_mem_gib: float | None) -> dict[str, Any]:
+    """``flags`` with every unset (None or absent) flag that has a default set to vLLM's.
+
+    max_model_len comes from the model's config.json, so the caller resolves it; without
+    it the batch-default adjustments that depend on it are skipped. Flags vLLM derives at
+    startup (default None) stay absent.
+    """
+    given = {k: v for k, v in flags.items() if v is not None}
+    out: dict[str, Any] = {n: s.default for n, s in FLAG_SPECS.items() if s.default_is_static and s.default is not None}
+    out.update(given)
+    device = device_class(gpu_name, gpu_mem_gib)
+    world_size = out["tensor_parallel_size"] * out["pipeline_parallel_size"]
+    for name, spec in FLAG_SPECS.items():
+        if isinstance(spec.default, PerDevice) and name not in given:
+            out[name] = spec.default.value(device, world_size)
+    _adjust_batch_defaults(out, given)
     return out
+
+
+def _adjust_batch_defaults(out: dict[str, Any], given: Mapping[str, Any]) -> None:
+    """vLLM's changes to its own batch defaults (never to values the user gave)."""
+    max_len = out.get("max_model_len")
+    if "max_num_batched_tokens" not in given and max_len is not None:
+        if not out["enable_chunked_prefill"]:
+            # Without chunked prefill a whole prompt must fit one step.
+            out["max_num_batched_tokens"] = max(out["max_num_batched_tokens"], max_len)
+        out["max_num_batched_tokens"] = min(out["max_num_seqs"] * max_len, out["max_num_batched_tokens"])
+    if "max_num_seqs" not in given:
+        out["max_num_seqs"] = min(out["max_num_seqs"], out["max_num_batched_tokens"])

@@ -18,13 +18,13 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from autotune.deploy import Deployment
+from autotune.deploy.memory import GiB, StartupPrediction, forward_activation_bytes, sampler_bytes
 from autotune.early_stop import EarlyStopRule, StopTally
 from autotune.results import FailureClass, RequestRecord, RequestStatus, TrialResult, TrialStatus
-from autotune.sim.deploy import Deployment
 from autotune.sim.events import Clock, LoadGenerator
 from autotune.sim.hazard import Hazard
 from autotune.sim.kv_cache import BlockPool
-from autotune.sim.memory import GiB, StartupPrediction, forward_activation_bytes, sampler_bytes
 from autotune.sim.perf import PerfModel
 from autotune.sim.request import SimRequest
 from autotune.sim.scheduler import Scheduler
@@ -70,7 +70,7 @@ class TrialSim:
         self.stopped = False
         self.ended = False
         self.inbound: list[tuple[float, int, SimRequest]] = []  # (reaches the engine, idx, request)
-        self.hits = 0  # prefix-cache stats and preemptions of engines that already died
+        self.hits = 0  # prefix-cache counters (tokens) and preemptions of engines that already died
         self.queries = 0
         self.preemptions = 0
         self._new_engine()
@@ -278,7 +278,10 @@ class TrialSim:
             gpu_time_s=self.startup.startup_s + now,
             early_stopped=self.stopped,
             server_metrics={
-                "prefix_cache_hit_rate": self.hits / self.queries if self.queries else 0.0,
+                # The vllm backend's names and units (tokens); no lookups: no rate, as there.
+                "prefix_cache_hits": float(self.hits),
+                "prefix_cache_queries": float(self.queries),
+                "prefix_cache_hit_rate": self.hits / self.queries if self.queries else math.nan,
             },
             extra={
                 "simulated": True,

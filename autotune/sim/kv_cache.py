@@ -28,7 +28,8 @@ class BlockPool:
         self.free_plain = self.capacity  # free and never hashed (or hash dropped)
         self.cached_free: OrderedDict[int, None] = OrderedDict()  # free prefix blocks, LRU order
         self.refs: dict[int, int] = {}  # prefix block j -> requests holding it
-        self.hits = 0  # prefix-cache hit blocks (stats)
+        # vLLM's prefix-cache counters, in tokens (see record_lookup).
+        self.hits = 0
         self.queries = 0
 
     # --- queries ---------------------------------------------------------------------
@@ -62,8 +63,16 @@ class BlockPool:
         return max(need, 0) + free_hits
 
     # --- mutations ---------------------------------------------------------------------
+    def record_lookup(self, req: SimRequest, hit_blocks: int) -> None:
+        """Count an admitted request's lookup as vLLM 0.32's ``vllm:prefix_cache_queries`` and
+        ``_hits`` do (``KVCacheManager.record_prefix_cache_stats``, called at admission):
+        queries are the tokens looked up, hits the cached ones. With prefix caching off
+        nothing is looked up; a preempted request's new lookup goes to separate counters."""
+        if self.prefix_caching and not req.preempted:
+            self.queries += req.num_tokens
+            self.hits += hit_blocks * self.block_size
+
     def take_hits(self, req: SimRequest, k: int) -> None:
-        self.hits += k
         for j in range(k):
             if j in self.cached_free:
                 del self.cached_free[j]

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autotune.sim.deploy import Deployment
-from autotune.sim.memory import capture_sizes
+from autotune.deploy import Deployment
+from autotune.deploy.memory import capture_sizes
 
 EAGER_KERNELS_PER_LAYER = 14  # norms, qkv, rope, attention, o, 2 all-reduces, gate_up, act, down, adds
 LAUNCH_US = 4.0  # per kernel, CPU dispatch through PyTorch eager + lost torch.compile fusion
@@ -51,7 +51,7 @@ class PerfModel:
         self.tp = tp
         sizes = capture_sizes(dep)
         self.max_graph_batch = max(sizes) if sizes else 0
-        custom_ar = not dep.flags.get("disable_custom_all_reduce", False)
+        custom_ar = not dep.config.parallel.disable_custom_all_reduce
         self.ar_latency = (g.link_latency_us if custom_ar else NCCL_LATENCY_US) * 1e-6
         self.link = g.link_rate
         self.launch_s = self.layers * EAGER_KERNELS_PER_LAYER * LAUNCH_US * 1e-6

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from autotune.sim.deploy import Deployment
+from autotune.deploy import Deployment
 from autotune.sim.kv_cache import BlockPool
 from autotune.sim.request import SimRequest
 
@@ -110,7 +110,7 @@ class Scheduler:
                 break
             hits, n, _ = adm
             if req.num_computed == 0:
-                pool.queries += req.prefix_blocks
+                pool.record_lookup(req, hits)
             if hits:
                 pool.take_hits(req, hits)
             ok = pool.allocate(req, n)

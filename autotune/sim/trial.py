@@ -5,14 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from autotune.deploy import get_gpu, plan_startup, resolve_deployment, resolve_model
 from autotune.early_stop import EarlyStopRule
+from autotune.engine import unmodelled_flags
 from autotune.errors import UserError
 from autotune.results import FailureClass, TrialResult, startup_failure
-from autotune.sim.deploy import resolve_deployment
 from autotune.sim.engine import TrialSim
-from autotune.sim.hardware import get_gpu
-from autotune.sim.memory import plan_startup
-from autotune.sim.model import resolve_model
 from autotune.workload import WorkloadSpec
 
 
@@ -21,10 +19,22 @@ def simulate_trial(model: str, gpu: str, flags: Mapping[str, Any], workload: Wor
     """Start a simulated vLLM with ``flags`` and run the workload's benchmark on it.
 
     An unknown model or GPU raises UserError (the space is wrong, not the trial); a flag
-    vLLM would reject and a startup that fails come back as startup_failed results.
+    vLLM would reject and a startup that fails come back as startup_failed results. Flags
+    the simulator does not model are ignored (the entry points refuse them unless the space
+    opts in), and the result says so in ``warnings``.
     """
     resolve_model(model)
     get_gpu(gpu)
+    result = _run(model, gpu, flags, workload, seed, early_stop)
+    ignored = unmodelled_flags(flags)
+    if ignored:
+        result.warnings.append(f"the simulator does not model {', '.join(ignored)}: these simulated numbers "
+                               "do not show the effect of that setting (engine.allow_unmodelled_flags)")
+    return result
+
+
+def _run(model: str, gpu: str, flags: Mapping[str, Any], workload: WorkloadSpec, seed: int,
+         early_stop: EarlyStopRule | None) -> TrialResult:
     try:
         dep = resolve_deployment(model, gpu, flags)
     except UserError as e:

@@ -10,6 +10,7 @@ from autotune.space.schema import (
     Reference,
     SearchSpace,
     StudySection,
+    unmodelled_flag_error,
 )
 
 __all__ = [
@@ -23,4 +24,5 @@ __all__ = [
     "StudySection",
     "load_space",
     "space_fingerprint",
+    "unmodelled_flag_error",
 ]

@@ -63,4 +63,5 @@ def space_fingerprint(space: SearchSpace) -> str:
     """
     core = space.model_dump(include={"engine", "params", "constraints", "workload", "objectives", "slo"}, mode="json")
     core["engine"].pop("env", None)  # secrets live here and may rotate between runs
+    core["engine"].pop("allow_unmodelled_flags", None)  # permits a run, changes no trial
     return hashlib.sha256(json.dumps(core, sort_keys=True).encode()).hexdigest()[:16]

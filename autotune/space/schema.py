@@ -11,17 +11,29 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from autotune.engine.flags import FLAG_SPECS, unknown_flags
+from autotune.engine import FLAG_SPECS, is_unmodelled, unknown_flags, unmodelled_flags
+from autotune.errors import UserError
 from autotune.workload import WorkloadSpec
 
 Scalar = bool | int | float | str
 
 
-def _require_known_flags(flags: dict[str, Scalar]) -> dict[str, Scalar]:
+def _check_flags(flags: dict[str, Scalar]) -> dict[str, Scalar]:
+    """Known flag names, each with a value vLLM takes (type and choices from the registry)."""
     bad = unknown_flags(flags)
     if bad:
         raise ValueError(f"unknown vLLM flag {bad[0]!r}; use vLLM's EngineArgs name (e.g. max_num_seqs)")
+    for name, value in flags.items():
+        FLAG_SPECS[name].check(value)
     return flags
+
+
+def unmodelled_flag_error(where: str, name: str) -> UserError:
+    """The one-line refusal of a simulation that would ignore ``name`` (set at ``where``)."""
+    return UserError(
+        f"{where}: the simulator does not model {name}; remove it, measure it with --backend vllm, or set "
+        "engine.allow_unmodelled_flags: true to simulate without it (every trial then carries a warning)"
+    )
 
 
 class _Strict(BaseModel):
@@ -38,11 +50,13 @@ class EngineSection(_Strict):
     download_dir: str | None = None
     startup_timeout_s: float = Field(default=1800.0, gt=0)
     python: str | None = None
+    # Let a sim study set or search flags the simulator ignores (each trial is then warned).
+    allow_unmodelled_flags: bool = False
 
     @field_validator("flags")
     @classmethod
     def _known_flags(cls, v: dict[str, Scalar]) -> dict[str, Scalar]:
-        return _require_known_flags(v)
+        return _check_flags(v)
 
 
 class ParamSpec(_Strict):
@@ -161,7 +175,7 @@ class Reference(_Strict):
     @field_validator("flags")
     @classmethod
     def _known(cls, v: dict[str, Scalar]) -> dict[str, Scalar]:
-        return _require_known_flags(v)
+        return _check_flags(v)
 
 
 class StrategySection(_Strict):
@@ -223,15 +237,17 @@ class SearchSpace(_Strict):
         if bad:
             raise ValueError(f"unknown vLLM flag {bad[0]!r}; params are named by vLLM's EngineArgs names")
         for name, p in v.items():
-            want = FLAG_SPECS[name].type
+            spec = FLAG_SPECS[name]
             ok = {
-                "bool": want is bool,
-                "int": want is int,
-                "float": want in (float, int),
+                "bool": spec.type is bool,
+                "int": spec.type is int,
+                "float": spec.type in (float, int),
                 "categorical": True,
             }[p.type]
             if not ok:
-                raise ValueError(f"{name}: vLLM takes a {want.__name__}, not a {p.type} param")
+                raise ValueError(f"{name}: vLLM takes a {spec.type.__name__}, not a {p.type} param")
+            for choice in p.choices or []:
+                spec.check(choice)
         return v
 
     @model_validator(mode="after")
@@ -259,6 +275,15 @@ class SearchSpace(_Strict):
         if len(self.objectives) < 1:
             raise ValueError("objectives must name at least one metric")
         return self
+
+    def unmodelled_flags(self) -> list[tuple[str, str]]:
+        """(field, flag) for each flag the simulator does not model that this space sets to
+        other than vLLM's default (engine.flags, references) or searches (params)."""
+        found = [(f"engine.flags.{n}", n) for n in unmodelled_flags(self.engine.flags)]
+        found += [(f"params.{n}", n) for n in self.params if is_unmodelled(n)]
+        for i, ref in enumerate(self.references):
+            found += [(f"references[{i}].flags.{n}", n) for n in unmodelled_flags(ref.flags)]
+        return found
 
     @property
     def objective_names(self) -> list[str]:

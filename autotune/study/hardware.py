@@ -1,17 +1,11 @@
-"""GPU facts the driver needs without depending on a backend: memory for vLLM's defaults."""
+"""GPU facts the driver needs without depending on a backend: memory for vLLM's defaults.
+
+The GPU table and the rule for GPUs it does not know live in :mod:`autotune.deploy`;
+this name stays for the study code and experiments that import it from here.
+"""
 
 from __future__ import annotations
 
+from autotune.deploy import gpu_memory_gib
 
-def gpu_memory_gib(gpu: str) -> float:
-    """Memory of a GPU named in the space, from the simulator's datasheet table.
-
-    vLLM's scheduler defaults depend on it (>= 70 GiB and not an A100: larger defaults).
-    Unknown names fall back to 80 GiB, the size of the cards autotune targets.
-    """
-    try:
-        from autotune.sim import get_gpu
-
-        return float(get_gpu(gpu).memory_gib)
-    except Exception:
-        return 80.0
+__all__ = ["gpu_memory_gib"]

@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 
 from autotune.backends import ServerSpec, TrialRequest, get_backend
+from autotune.deploy import plan_startup, resolve_deployment
 from autotune.early_stop import EarlyStopRule, p99_rank_bound
 from autotune.results import FailureClass, RequestStatus, TrialStatus
 from autotune.sim import simulate_trial
-from autotune.sim.deploy import resolve_deployment
 from autotune.sim.hazard import Hazard
-from autotune.sim.memory import plan_startup
 from autotune.workload import generate_trace
 from tests.sim.conftest import A100, QWEN72B, chat_workload, qwen_flags
 
@@ -106,7 +105,9 @@ def test_prefix_caching_lowers_ttft_when_prompts_share_a_prefix(workload):
     on = run(workload, gpu_memory_utilization=0.93, enable_prefix_caching=True)
     assert on.metrics()["p50_ttft_s"] < off["p50_ttft_s"]
     assert on.metrics()["p99_ttft_s"] < off["p99_ttft_s"]
-    assert on.server_metrics["prefix_cache_hit_rate"] > 0.9
+    # Nearly every shared-prefix block hits (the rate itself is over all prompt tokens, as vLLM's).
+    shared = sum(tr.prefix_len // 16 * 16 for tr in generate_trace(workload, 8192) if tr.shares_prefix)
+    assert on.server_metrics["prefix_cache_hits"] > 0.9 * shared
 
 
 def test_prefix_caching_does_nothing_without_a_shared_prefix():

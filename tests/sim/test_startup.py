@@ -6,12 +6,11 @@ import json
 
 import pytest
 
+from autotune.deploy import get_gpu, resolve_deployment
+from autotune.deploy import model as model_mod
 from autotune.errors import UserError
 from autotune.results import FailureClass, TrialStatus
 from autotune.sim import known_gpus, known_models, predict_startup, resolve_model, simulate_trial
-from autotune.sim import model as model_mod
-from autotune.sim.deploy import resolve_deployment
-from autotune.sim.hardware import get_gpu
 from tests.sim.conftest import A100, QWEN72B, chat_workload, qwen_flags
 
 GiB = 2**30
@@ -86,7 +85,9 @@ def test_invalid_flags_are_invalid_config():
     pred = predict_startup(QWEN72B, A100, qwen_flags(tensor_parallel_size=3))
     assert pred.failure_class == FailureClass.INVALID_CONFIG
     assert "must be divisible by tensor parallel size (3)" in pred.failure_reason
-    pred = predict_startup(QWEN72B, A100, qwen_flags(gpu_memory_utilization=0.95, max_num_batched_tokens=64))
+    # Both given: vLLM lowers a defaulted max_num_seqs to the token budget instead.
+    pred = predict_startup(QWEN72B, A100, qwen_flags(gpu_memory_utilization=0.95, max_num_batched_tokens=64,
+                                                     max_num_seqs=256))
     assert pred.failure_class == FailureClass.INVALID_CONFIG
 
 
@@ -120,9 +121,12 @@ def test_gpu_specific_defaults_follow_vllm():
     a100 = resolve_deployment(QWEN72B, "A100-80GB", qwen_flags())
     h100 = resolve_deployment(QWEN72B, "H100-80GB", qwen_flags())
     l40s = resolve_deployment("Qwen/Qwen2.5-7B-Instruct", "L40S", {"max_model_len": 8192})
-    assert (a100.flags["max_num_batched_tokens"], a100.flags["max_num_seqs"]) == (2048, 256)
-    assert (h100.flags["max_num_batched_tokens"], h100.flags["max_num_seqs"]) == (8192, 1024)
-    assert (l40s.flags["max_num_batched_tokens"], l40s.flags["max_num_seqs"]) == (2048, 256)
+    def batch(dep):
+        return dep.config.scheduler.max_num_batched_tokens, dep.config.scheduler.max_num_seqs
+
+    assert batch(a100) == (2048, 256)
+    assert batch(h100) == (8192, 1024)
+    assert batch(l40s) == (2048, 256)
 
 
 def test_quantized_variants_shrink_weights_and_fp8_kv_doubles_tokens():

@@ -31,11 +31,6 @@ class GpuSpec:
     link_eff: float = 0.75
 
     @property
-    def memory_gib(self) -> float:
-        """Alias of ``mem_total_gib`` (the study driver reads this name)."""
-        return self.mem_total_gib
-
-    @property
     def mem_total_bytes(self) -> int:
         return int(self.mem_total_gib * 2**30)
 
@@ -114,11 +109,29 @@ def known_gpus() -> list[str]:
     return list(GPUS)
 
 
-def get_gpu(name: str) -> GpuSpec:
-    """The table entry for ``name`` (case, spaces, dashes and an ``NVIDIA`` prefix ignored)."""
+def find_gpu(name: str) -> GpuSpec | None:
+    """The table entry for ``name`` (case, spaces, dashes and an ``NVIDIA`` prefix ignored),
+    or None when the table has no such GPU."""
     if name in GPUS:
         return GPUS[name]
     canon = _ALIASES.get(_norm(name))
-    if canon is None:
+    return GPUS[canon] if canon else None
+
+
+def get_gpu(name: str) -> GpuSpec:
+    """The table entry for ``name``; an unknown GPU is a UserError naming the known ones."""
+    spec = find_gpu(name)
+    if spec is None:
         raise UserError(f"unknown GPU {name!r} for the simulator: use one of {', '.join(GPUS)}")
-    return GPUS[canon]
+    return spec
+
+
+def gpu_memory_gib(name: str) -> float | None:
+    """Device memory of the GPU a space names, for vLLM's device-dependent defaults.
+
+    None when the table does not know the name (``cpu``, or a GPU not in the table):
+    :func:`autotune.engine.device_class` then applies the class vLLM itself uses when it
+    cannot read the device's memory. Nothing else is caught here.
+    """
+    spec = find_gpu(name)
+    return spec.mem_total_gib if spec else None

@@ -1,7 +1,8 @@
 """One resolved deployment: model architecture, GPU, and every flag at vLLM's value.
 
 Both the startup memory model (``predict_startup``) and the runtime simulation start from
-:func:`resolve_deployment`, so the two can never resolve a flag differently.
+:func:`resolve_deployment`, so the two can never resolve a flag differently. Everything
+downstream reads the typed :class:`~autotune.engine.EngineConfig`, never a raw flag dict.
 """
 
 from __future__ import annotations
@@ -10,20 +11,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.deploy.hardware import GpuSpec, get_gpu
+from autotune.deploy.model import ModelArch, resolve_model, weight_precision
 from autotune.engine import EngineConfig, resolve_defaults
 from autotune.errors import UserError
-from autotune.sim.hardware import GpuSpec, get_gpu
-from autotune.sim.model import ModelArch, resolve_model, weight_precision
 
-_KV_DTYPE_BYTES = {"auto": None, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
+# KV cache bytes per element; "auto" takes the model's activation dtype (16-bit even for
+# int4/fp8 weights).
+_KV_DTYPE_BYTES = {"auto": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
 
 
 @dataclass(frozen=True)
 class Deployment:
     arch: ModelArch
     gpu: GpuSpec
-    flags: dict[str, Any]  # every flag resolved (vLLM names)
-    config: EngineConfig
+    config: EngineConfig  # every flag resolved
     precision: str  # weight precision of the linear layers
     kv_dtype_bytes: float
 
@@ -48,26 +50,19 @@ class Deployment:
         return not self.config.compilation.enforce_eager
 
 
-def _coerce(flags: Mapping[str, Any]) -> dict[str, Any]:
-    """Strip None (= vLLM default) so resolve_defaults fills them."""
-    return {k: v for k, v in flags.items() if v is not None}
-
-
 def resolve_deployment(model: str, gpu: str, flags: Mapping[str, Any]) -> Deployment:
     """Resolve ``flags`` with vLLM's defaults for ``gpu``; unknown model/GPU raise UserError."""
     arch = resolve_model(model)
     spec = get_gpu(gpu)
-    given = _coerce(flags)
-    given.setdefault("max_model_len", arch.max_position_embeddings)
-    resolved = resolve_defaults(given, spec.name, spec.mem_total_gib)
-    kv_dtype = str(resolved.get("kv_cache_dtype", "auto"))
-    if kv_dtype not in _KV_DTYPE_BYTES:
-        raise UserError(f"kv_cache_dtype {kv_dtype!r} is not one vLLM takes: use auto, fp8, fp8_e4m3 or fp8_e5m2")
-    precision = weight_precision(arch, resolved.get("quantization"), resolved.get("dtype"))
-    # "auto" KV cache takes the model's activation dtype (16-bit even for int4/fp8 weights).
-    kv_bytes = _KV_DTYPE_BYTES[kv_dtype] or 2.0
+    given = dict(flags)
+    if given.get("max_model_len") is None:
+        given["max_model_len"] = arch.max_position_embeddings
     try:
-        config = EngineConfig.from_flags(model, resolved)
+        config = EngineConfig.from_flags(model, resolve_defaults(given, spec.name, spec.mem_total_gib))
     except (TypeError, ValueError) as e:
         raise UserError(f"flags do not form an engine config: {e}") from None
-    return Deployment(arch, spec, resolved, config, precision, kv_bytes)
+    kv_dtype = config.cache.kv_cache_dtype
+    if kv_dtype not in _KV_DTYPE_BYTES:
+        raise UserError(f"kv_cache_dtype {kv_dtype!r} is not one vLLM takes: use {', '.join(_KV_DTYPE_BYTES)}")
+    precision = weight_precision(arch, config.model.quantization, config.model.dtype)
+    return Deployment(arch, spec, config, precision, _KV_DTYPE_BYTES[kv_dtype])

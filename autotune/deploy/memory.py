@@ -26,8 +26,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from autotune.deploy.deployment import Deployment, resolve_deployment
 from autotune.results import FailureClass
-from autotune.sim.deploy import Deployment, resolve_deployment
 
 GiB = 2**30
 
