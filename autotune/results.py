@@ -13,6 +13,8 @@ from enum import StrEnum
 from typing import Any
 
 import numpy as np
+from pydantic import ConfigDict, Field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 
 class RequestStatus(StrEnum):
@@ -41,7 +43,15 @@ class FailureClass(StrEnum):
 
 @dataclass
 class RequestRecord:
-    """One benchmark request. Times are seconds; ``send_s`` is relative to benchmark start."""
+    """One benchmark request. Times are seconds; ``send_s`` is relative to benchmark start.
+
+    The request options it carried are recorded as sent (``None``: not sent). With
+    ``n > 1`` the request generates ``n`` sequences side by side: ``output_tokens`` counts
+    the tokens of all of them (what the server's usage reports), ``ttft_s`` is the time to
+    the first token of any of them, and :attr:`tpot_s` is per sequence (the decode step
+    time a user of one sequence sees). A request that could not stream (vLLM refuses
+    ``prompt_logprobs > 0`` with ``stream=True``) has ``streamed`` False and no TTFT.
+    """
 
     index: int
     send_s: float
@@ -51,13 +61,44 @@ class RequestRecord:
     output_tokens: int
     status: RequestStatus = RequestStatus.OK
     error: str = ""
+    prompt_logprobs: int | None = None
+    logprobs: int | None = None
+    n: int = 1
+    streamed: bool = True
+
+    @property
+    def tokens_per_sequence(self) -> float:
+        return self.output_tokens / self.n
 
     @property
     def tpot_s(self) -> float | None:
-        """Time per output token after the first, as vLLM's benchmarks define it."""
-        if self.ttft_s is None or self.e2e_s is None or self.output_tokens <= 1:
+        """Time per output token after the first, as vLLM's benchmarks define it (per sequence)."""
+        if self.ttft_s is None or self.e2e_s is None or self.tokens_per_sequence <= 1:
             return None
-        return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
+        return (self.e2e_s - self.ttft_s) / (self.tokens_per_sequence - 1)
+
+
+@pydantic_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
+class GoodputSLO:
+    """Per-request service-level objectives for goodput (DistServe, OSDI '24).
+
+    A request is *good* if it succeeded, its TTFT is at most ``ttft_s`` and its TPOT at
+    most ``tpot_s``. A request with a single output token per sequence has no TPOT and is
+    judged on TTFT alone (as ``vllm bench serve --goodput`` does). A request that could not
+    stream has no TTFT or TPOT; it is good if it finished within the latest time a request
+    meeting both could: ``e2e_s <= ttft_s + tpot_s * (tokens per sequence - 1)``.
+    """
+
+    ttft_s: float = Field(gt=0)
+    tpot_s: float = Field(gt=0)
+
+    def met_by(self, r: RequestRecord) -> bool:
+        if r.status != RequestStatus.OK or r.e2e_s is None:
+            return False
+        if r.ttft_s is None:
+            return r.e2e_s <= self.ttft_s + self.tpot_s * max(r.tokens_per_sequence - 1, 0)
+        tpot = r.tpot_s
+        return r.ttft_s <= self.ttft_s and (tpot is None or tpot <= self.tpot_s)
 
 
 SERVER_LOG_CAP_CHARS = 2_000_000
@@ -108,6 +149,10 @@ class TrialResult:
     duration_s: float = 0.0  # benchmark wall time (simulated time for the simulator)
     gpu_time_s: float = 0.0  # time the GPUs were held: startups, restarts and benchmark
     early_stopped: bool = False
+    # GPUs the engine held (tensor x pipeline parallel size); goodput is per GPU.
+    gpus: int = 0
+    # The workload's goodput SLOs, carried so the aggregates can judge each request.
+    goodput_slo: GoodputSLO | None = None
     server_metrics: dict[str, float] = field(default_factory=dict)
     # Things a user must know when reading this trial's numbers (e.g. a flag the simulator
     # does not model was set); the driver records them with the trial.
@@ -127,6 +172,24 @@ def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else math.nan
 
 
+def _goodput(result: TrialResult, issued: int) -> tuple[float, float]:
+    """(good requests per second per GPU, share of issued requests that were good).
+
+    NaN when the trial has no SLO, and goodput NaN when the GPU count or duration is unknown:
+    a number that cannot be computed is never reported as 0.
+    """
+    slo = result.goodput_slo
+    if slo is None:
+        return math.nan, math.nan
+    good = sum(slo.met_by(r) for r in result.records)
+    attainment = good / issued if issued else math.nan
+    if good == 0:
+        return 0.0, attainment
+    if result.gpus <= 0 or result.duration_s <= 0:
+        return math.nan, attainment
+    return good / result.duration_s / result.gpus, attainment
+
+
 def compute_metrics(result: TrialResult) -> dict[str, float]:
     ok = [r for r in result.records if r.status == RequestStatus.OK]
     e2e = [r.e2e_s for r in ok if r.e2e_s is not None]
@@ -137,6 +200,7 @@ def compute_metrics(result: TrialResult) -> dict[str, float]:
     n_err = sum(r.status == RequestStatus.ERROR for r in result.records)
     n_not_run = sum(r.status == RequestStatus.NOT_RUN for r in result.records)
     out_tokens = sum(r.output_tokens for r in ok)
+    goodput, attainment = _goodput(result, issued)
     m: dict[str, float] = {
         "requests": float(issued),
         "requests_ok": float(len(ok)),
@@ -157,6 +221,8 @@ def compute_metrics(result: TrialResult) -> dict[str, float]:
         "p99_tpot_s": _pct(tpot, 99),
         "mean_tpot_s": float(np.mean(tpot)) if tpot else math.nan,
         "output_tok_per_s": out_tokens / result.duration_s if result.duration_s > 0 else 0.0,
+        "goodput_rps_per_gpu": goodput,
+        "slo_attainment": attainment,
         "crashes": float(result.crashes),
         "preemptions": float(result.preemptions),
         "kv_cache_tokens": float(result.kv_cache_tokens),

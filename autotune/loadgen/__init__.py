@@ -5,7 +5,7 @@ and stops when the engine dies, hangs, an early-stop rule fires or the requests 
 The backend decides what a death means (OOM or crash) and whether to restart.
 """
 
-from autotune.loadgen.client import RequestOutcome, stream_completion
+from autotune.loadgen.client import RequestOutcome, send_completion
 from autotune.loadgen.runner import (
     EngineWatch,
     LoadGenerator,
@@ -19,5 +19,5 @@ __all__ = [
     "PhaseEnd",
     "PhaseResult",
     "RequestOutcome",
-    "stream_completion",
+    "send_completion",
 ]

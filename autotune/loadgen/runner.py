@@ -1,12 +1,14 @@
 """Run the fixed benchmark against one live engine, one *phase* at a time.
 
 A phase sends requests (closed loop: ``concurrency`` requests always in flight; open loop:
-at the trace's Poisson arrival times, optionally capped at ``concurrency``) until one of:
+at the trace's arrival times, Poisson, gamma or recorded, optionally capped at
+``concurrency``) until one of:
 
 * every request was answered (``COMPLETED``);
 * the engine died (``ENGINE_DEAD``): the process exited or /health fails; requests in flight
   are cancelled and reported as its casualties, unsent ones are held for the next phase;
-* no token arrived for ``hang_timeout_s`` while requests were in flight (``HANG``);
+* no token arrived for ``hang_timeout_s`` while streamed requests were in flight (``HANG``;
+  a request vLLM will not stream sends nothing until it is done, so it cannot show a hang);
 * the caller's ``on_done`` hook asked to stop (``EARLY_STOP``): nothing more is sent, requests
   in flight finish.
 
@@ -25,7 +27,7 @@ from typing import Protocol
 
 import aiohttp
 
-from autotune.loadgen.client import ErrorKind, RequestOutcome, stream_completion
+from autotune.loadgen.client import ErrorKind, RequestOutcome, send_completion
 from autotune.workload import TraceRequest, WorkloadSpec
 
 # Failures that say something about the engine rather than the request.
@@ -110,14 +112,17 @@ class _Phase:
     def _progress(self) -> None:
         self.last_progress = time.perf_counter()
 
+    def _streaming_in_flight(self) -> bool:
+        return any(self.gen.trace[i].options.streamable for i in self.tasks)
+
     async def _one(self, session: aiohttp.ClientSession, idx: int) -> None:
         req = self.gen.trace[idx]
         prompt = req.prompt_token_ids(self.spec, token_id_high=self.gen.token_id_high)
         assert self.gen._bench_t0 is not None
-        out = RequestOutcome(index=idx, send_s=time.perf_counter() - self.gen._bench_t0)
+        out = RequestOutcome(index=idx, send_s=time.perf_counter() - self.gen._bench_t0, options=req.options)
         self.outcomes[idx] = out
-        await stream_completion(session, self.gen.url, self.gen.model, prompt, req.output_len, out,
-                                self.spec.request_timeout_s, on_chunk=self._progress)
+        await send_completion(session, self.gen.url, self.gen.model, prompt, req.output_len, out,
+                              self.spec.request_timeout_s, on_chunk=self._progress)
         if out.ok:
             self._progress()
         elif out.error_kind in _ENGINE_FAILURES:
@@ -168,8 +173,8 @@ class _Phase:
                     slots.release()
                     break
             self.pending.pop(0)
-            if not self.tasks:
-                # Nothing was in flight: the silence before this send was not a hang.
+            if not self._streaming_in_flight():
+                # Nothing streamed was in flight: the silence before this send was not a hang.
                 self._progress()
             self._launch(session, idx, slots)
         # Wait for what is in flight, unless the engine failed (then watch() cancels it).
@@ -184,7 +189,7 @@ class _Phase:
         while not self.stop.is_set():
             if await _wait(self.stop, self.gen.watch_interval_s):
                 return
-            if self.tasks and time.perf_counter() - self.last_progress > self.gen.hang_timeout_s:
+            if self._streaming_in_flight() and time.perf_counter() - self.last_progress > self.gen.hang_timeout_s:
                 self._finish(PhaseEnd.HANG, f"no token for {self.gen.hang_timeout_s:g}s with "
                                             f"{len(self.tasks)} requests in flight")
                 return

@@ -1,24 +1,43 @@
 """The workload section of a search space: what one trial's benchmark sends.
 
 Every backend replays the same trace, so a trial on the simulator and one on real vLLM
-see the same prompts (as token IDs), the same exact output lengths and the same order.
+see the same prompts (as token IDs), the same exact output lengths, the same request
+options and the same arrival times. The trace is a pure function of this spec (and, for
+``trace:``, of the file's content, pinned by its SHA-256): same spec, same benchmark.
+
+Lengths come either from distributions (``prompt_len``, ``output_len``, a ``long_tail``
+and a shared system prompt) or from a recorded trace file (``trace``); arrivals are a
+closed loop, Poisson or gamma at ``request_rate`` (``vllm bench serve``'s semantics), or
+the trace's own timestamps. See docs/workload.md for every field.
 """
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, model_validator
+
+from autotune.results import GoodputSLO
+from autotune.workload.files import TraceRow, read_trace
+
+Arrivals = Literal["closed", "poisson", "gamma", "trace"]
+# The key under which the space loader passes the space file's directory to validation:
+# relative trace paths are relative to the space file, not to wherever autotune runs.
+SPACE_DIR_CONTEXT = "space_dir"
 
 
-class LengthDist(BaseModel):
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LengthDist(_Strict):
     """A token-length distribution, clipped to [min, max].
 
     ``lognormal`` matches chat traffic (ShareGPT-like: most turns short, a long tail);
     ``mean`` is the distribution's mean before clipping, ``sigma`` the log-space spread.
     """
-
-    model_config = ConfigDict(extra="forbid")
 
     dist: Literal["fixed", "uniform", "lognormal"] = "fixed"
     mean: float = Field(gt=0)
@@ -33,18 +52,112 @@ class LengthDist(BaseModel):
         return self
 
 
-class WorkloadSpec(BaseModel):
-    """One fixed benchmark: N requests, closed-loop concurrency or open-loop Poisson rate."""
+class LongTail(_Strict):
+    """A share of requests whose prompt length comes from a second, long distribution.
 
-    model_config = ConfigDict(extra="forbid")
+    Chat traffic with occasional pasted documents or RAG context: the rare long prefills
+    set the activation peaks and KV pressure that the median request never shows.
+    """
+
+    fraction: float = Field(gt=0, le=1)
+    prompt_len: LengthDist
+
+
+class OptionShare(_Strict):
+    """``fraction`` of the requests carry the option with ``value`` (k, or n for ``n``)."""
+
+    fraction: float = Field(ge=0, le=1)
+    value: int = Field(ge=0)
+
+
+class OptionsSpec(_Strict):
+    """Request options drawn per request from the seed, independently of each other.
+
+    ``prompt_logprobs: {fraction: 0.1, value: 5}`` makes 10 % of the requests ask for the
+    top-5 logprobs of every prompt token (evaluation-style traffic), and so on. A trace
+    line that sets any option itself is sent with exactly the line's options.
+    """
+
+    prompt_logprobs: OptionShare | None = None
+    logprobs: OptionShare | None = None
+    n: OptionShare | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> OptionsSpec:
+        if self.n is not None and self.n.value < 2:
+            raise ValueError(f"n.value must be >= 2 (n = 1 is every other request), got {self.n.value}")
+        return self
+
+
+class TraceSource(_Strict):
+    """A recorded trace to replay: lengths, prefix blocks and timestamps from a file.
+
+    ``path`` is relative to the space file. ``speed`` replays at k times the recorded rate
+    (gaps divided by k). ``start_s``/``end_s`` select a window in seconds after the file's
+    first request; ``workload.num_requests`` caps how many requests of it are sent.
+    ``block_tokens`` is how many prompt tokens one ``hash_ids`` entry stands for (512 in
+    the Mooncake traces). ``sha256`` pins the file's content: filled in when absent, and a
+    file that no longer matches is refused (so a resumed study replays the same trace).
+    """
+
+    path: str
+    format: Literal["auto", "autotune", "mooncake", "azure", "burstgpt"] = "auto"
+    speed: float = Field(default=1.0, gt=0)
+    start_s: float = Field(default=0.0, ge=0)
+    end_s: float | None = Field(default=None, gt=0)
+    block_tokens: int = Field(default=512, ge=1)
+    sha256: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> TraceSource:
+        if self.end_s is not None and self.end_s <= self.start_s:
+            raise ValueError(f"trace.end_s ({self.end_s:g}) must be > trace.start_s ({self.start_s:g})")
+        return self
+
+    def load(self, base_dir: Path, limit: int) -> tuple[TraceSource, list[TraceRow]]:
+        """Read the file (relative to ``base_dir``): this source with its format and sha256
+        filled in, and the selected rows. Raises ValueError naming the file and line."""
+        path = Path(self.path).expanduser()
+        if not path.is_absolute():
+            path = (base_dir / path).absolute()
+        fmt, rows = read_trace(path, self.format, self.start_s, self.end_s, limit)
+        digest = _sha256(path)
+        if self.sha256 is not None and self.sha256 != digest:
+            raise ValueError(f"{path}: content changed since the space pinned it (sha256 {digest[:12]}... != "
+                             f"trace.sha256 {self.sha256[:12]}...); restore the file or remove trace.sha256")
+        return self.model_copy(update={"format": fmt, "sha256": digest}), rows
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# Fields that describe synthetic lengths; a trace brings its own.
+_SYNTHETIC_ONLY = ("prompt_len", "output_len", "long_tail", "shared_prefix_fraction", "shared_prefix_len")
+
+
+class WorkloadSpec(_Strict):
+    """One fixed benchmark: which requests, with which options, arriving how."""
 
     num_requests: int = Field(default=1000, ge=1)
     concurrency: int | None = Field(default=16, ge=1)
-    request_rate: float | None = Field(default=None, gt=0, description="open-loop Poisson rate, req/s")
+    request_rate: float | None = Field(default=None, gt=0, description="open-loop rate, req/s")
+    # Gamma shape of the open-loop inter-arrival times, as `vllm bench serve --burstiness`:
+    # 1 is Poisson (coefficient of variation 1); below 1 burstier, above 1 more even.
+    burstiness: float = Field(default=1.0, gt=0)
+    arrivals: Arrivals | None = None  # None: inferred (request_rate -> poisson/gamma, trace -> trace, else closed)
     prompt_len: LengthDist = LengthDist(dist="lognormal", mean=600, sigma=0.6, min=16, max=4096)
     output_len: LengthDist = LengthDist(dist="lognormal", mean=250, sigma=0.6, min=8, max=2048)
+    long_tail: LongTail | None = None
     shared_prefix_fraction: float = Field(default=0.0, ge=0, le=1)
     shared_prefix_len: int = Field(default=0, ge=0)
+    trace: TraceSource | None = None
+    options: OptionsSpec = OptionsSpec()
+    goodput_slo: GoodputSLO | None = None
     seed: int = 0
     max_restarts: int = Field(default=3, ge=0)
     request_timeout_s: float = Field(default=600.0, gt=0)
@@ -52,20 +165,51 @@ class WorkloadSpec(BaseModel):
     # and inside any vocabulary the backend serves; the backend may lower the upper bound.
     token_id_low: int = Field(default=100, ge=0)
     token_id_high: int = Field(default=30_000, ge=1)
+    _trace_rows: list[TraceRow] = PrivateAttr(default_factory=list)
 
     @model_validator(mode="after")
-    def _check(self) -> WorkloadSpec:
-        if self.request_rate is not None:
-            # Open loop: the rate decides arrivals; concurrency is then only a client-side cap.
-            pass
-        elif self.concurrency is None:
-            raise ValueError("set workload.concurrency (closed loop) or workload.request_rate (open loop)")
+    def _check(self, info: ValidationInfo) -> WorkloadSpec:
+        self.arrivals = self._resolve_arrivals()
         if self.shared_prefix_fraction > 0 and self.shared_prefix_len == 0:
             raise ValueError("shared_prefix_fraction > 0 needs shared_prefix_len > 0")
         if self.token_id_low >= self.token_id_high:
             raise ValueError("token_id_low must be < token_id_high")
+        if self.trace is not None:
+            given = [f for f in _SYNTHETIC_ONLY if f in self.model_fields_set]
+            if given:
+                raise ValueError(f"{given[0]} does not apply with a trace: lengths and prefix blocks come from "
+                                 "the trace file; remove it")
+            base = Path((info.context or {}).get(SPACE_DIR_CONTEXT, "."))
+            self.trace, self._trace_rows = self.trace.load(base, self.num_requests)
+            self.num_requests = len(self._trace_rows)
         return self
+
+    def _resolve_arrivals(self) -> Arrivals:
+        mode = self.arrivals
+        if mode is None:
+            if self.request_rate is not None:
+                mode = "poisson" if self.burstiness == 1 else "gamma"
+            else:
+                mode = "trace" if self.trace is not None else "closed"
+        if mode in ("poisson", "gamma") and self.request_rate is None:
+            raise ValueError(f"arrivals: {mode} needs workload.request_rate (requests/s)")
+        if mode not in ("poisson", "gamma") and self.request_rate is not None:
+            raise ValueError(f"request_rate is for poisson or gamma arrivals, not arrivals: {mode}")
+        if mode == "poisson" and self.burstiness != 1:
+            raise ValueError("poisson arrivals have burstiness 1; use arrivals: gamma for another burstiness")
+        if mode in ("closed", "trace") and self.burstiness != 1:
+            raise ValueError(f"burstiness applies to gamma arrivals, not arrivals: {mode}")
+        if mode == "trace" and self.trace is None:
+            raise ValueError("arrivals: trace needs workload.trace (a trace file with timestamps)")
+        if mode == "closed" and self.concurrency is None:
+            raise ValueError("set workload.concurrency (closed loop) or workload.request_rate (open loop)")
+        return mode
 
     @property
     def closed_loop(self) -> bool:
-        return self.request_rate is None
+        return self.arrivals == "closed"
+
+    @property
+    def trace_rows(self) -> list[TraceRow]:
+        """The trace file's selected requests in file order (empty without ``trace``)."""
+        return self._trace_rows
