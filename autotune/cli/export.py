@@ -12,7 +12,7 @@ from autotune.cli.common import find_run_dir, open_study, saved_space
 from autotune.errors import UserError
 from autotune.export.vllm_config import header, serve_command, write_config
 from autotune.space.loader import parse_space
-from autotune.study.pareto import choose_for_export, metric
+from autotune.study.pareto import choose_for_export
 
 
 @app.command()
@@ -33,8 +33,9 @@ def export(
     if choice is None:
         raise UserError(f"study {st.study_name}: no feasible completed trial to export yet; run more trials")
     t = choice.trial
-    flags = dict(t.user_attrs.get("flags") or {**space.fixed_flags(), **t.params})
-    shown = {m: metric(t, m, space) for m in ("oom_per_1k", "p99_e2e_s", "p50_e2e_s", "p99_ttft_s", "output_tok_per_s")}
+    flags = t.flags or {**space.fixed_flags(), **t.params}
+    names = space.objective_names
+    shown = {m: t.metric(m, names) for m in ("oom_per_1k", "p99_e2e_s", "p50_e2e_s", "p99_ttft_s", "output_tok_per_s")}
     path = output or run_dir.root / "vllm_config.yaml"
     head = header(st.study_name, t.number, space.engine.backend, shown, choice.rule)
     write_config(path, space.engine.model, flags, head)

@@ -26,7 +26,7 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", help="no per-trial progress lines")] = False,
 ) -> None:
     """Run (or resume) a multi-objective study: minimise OOMs per 1000 requests and p99 latency."""
-    from autotune.study.driver import RunOptions, StudyDriver
+    from autotune.service import RunOptions, run_study
 
     if trials is not None and trials <= 0:
         raise UserError(f"--trials {trials}: must be at least 1")
@@ -44,7 +44,7 @@ def run(
     validate_for_backend(sp)
     opts = RunOptions(out=out, study_name=study, trials=trials, workers=workers, seed=seed, address=address,
                       progress=not quiet)
-    summary = StudyDriver(sp, space, opts).run()
+    summary = run_study(sp, space, opts)
     typer.echo(
         f"study {summary.study}: {summary.n_complete} complete, {summary.n_failed} failed, "
         f"{summary.n_rejected} rejected without launch; Pareto trials {summary.pareto}; "

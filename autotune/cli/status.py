@@ -8,35 +8,45 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from optuna.trial import FrozenTrial, TrialState
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from autotune.cli.app import app
 from autotune.cli.common import find_run_dir, open_study, saved_space
-from autotune.study.seeding import ROLE_REJECTED
-
-_STATE = {TrialState.COMPLETE: "complete", TrialState.FAIL: "failed", TrialState.RUNNING: "running",
-          TrialState.WAITING: "waiting", TrialState.PRUNED: "pruned"}
-
-
-def _state(t: FrozenTrial) -> str:
-    if t.state == TrialState.COMPLETE and t.user_attrs.get("role") == ROLE_REJECTED:
-        return "rejected"
-    return _STATE.get(t.state, str(t.state))
+from autotune.study.pareto import pareto_numbers
+from autotune.study.record import State, TrialRecord, records
 
 
 def _clean(v: Any) -> Any:
     return None if isinstance(v, float) and math.isnan(v) else v
 
 
-def _pareto(study: Any) -> list[int]:
-    if len(study.directions) < 2:
-        try:
-            return [study.best_trial.number]
-        except ValueError:
-            return []
-    return sorted(t.number for t in study.best_trials if t.user_attrs.get("role") != ROLE_REJECTED)
+def _num(v: Any, digits: int = 6) -> str:
+    """For people: 0.92, not 0.9199999999999999."""
+    if isinstance(v, float):
+        return "nan" if math.isnan(v) else f"{v:.{digits}g}"
+    return str(v)
+
+
+def _row(r: TrialRecord, searched: list[str], front: set[int]) -> dict[str, Any]:
+    return {
+        "number": r.number,
+        "state": str(r.state),
+        "role": str(r.role),
+        "reference": r.reference or None,
+        # The searched flags as the trial ran them: a `repair` constraint may have moved a
+        # sampled value, and what ran is what the numbers measure.
+        "params": r.searched_flags(searched),
+        "flags": r.flags or None,
+        "values": [_clean(v) for v in r.values] if r.values else None,
+        "failure_class": r.failure_class,
+        "failure_reason": r.failure_reason or None,
+        "early_stopped": r.early_stopped,
+        "requeued_from": r.requeued_from,
+        "warnings": r.warnings,
+        "pareto": r.number in front,
+    }
 
 
 @app.command()
@@ -46,44 +56,38 @@ def status(
     storage: Annotated[str | None, typer.Option(help="storage URL, if not the run directory's")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object")] = False,
 ) -> None:
-    """List trials with state, params and objective values; mark the Pareto front."""
+    """List trials with state, flags as run and objective values; mark the Pareto front."""
     run_dir = find_run_dir(out)
     st = open_study(run_dir, study, storage)
-    trials = st.get_trials(deepcopy=False)
-    front = set(_pareto(st)) if any(t.state == TrialState.COMPLETE for t in trials) else set()
-    rows = [
-        {
-            "number": t.number,
-            "state": _state(t),
-            "role": t.user_attrs.get("role", "search"),
-            "params": t.params,
-            "values": [_clean(v) for v in (t.values or [])] or None,
-            "failure_reason": t.user_attrs.get("failure_reason", "") or None,
-            "pareto": t.number in front,
-        }
-        for t in trials
-    ]
-    states = [r["state"] for r in rows]
+    saved = saved_space(run_dir)
+    recs = records(st.get_trials(deepcopy=False))
+    searched = list(saved.get("params") or {}) or sorted({k for r in recs for k in r.params})
+    front = set(pareto_numbers(st))
+    rows = [_row(r, searched, front) for r in recs]
+    n = {s: sum(1 for r in recs if r.state == s) for s in State}
     if as_json:
         typer.echo(json.dumps({
             "study": st.study_name,
-            "n_complete": states.count("complete"),
-            "n_failed": states.count("failed"),
-            "n_running": states.count("running"),
-            "n_rejected": states.count("rejected"),
+            "n_complete": n[State.COMPLETE],
+            "n_failed": n[State.FAILED],
+            "n_running": n[State.RUNNING],
+            "n_rejected": n[State.REJECTED],
+            "n_waiting": n[State.WAITING],
             "pareto": sorted(front),
             "trials": rows,
         }, indent=1))
         return
-    names = [o.get("metric") for o in saved_space(run_dir).get("objectives", [])] or ["value"] * len(st.directions)
-    table = Table(title=f"study {st.study_name}  ({states.count('complete')} complete, {states.count('failed')} failed, "
-                        f"{states.count('running')} running, {states.count('rejected')} rejected)")
-    for col in ["#", "state", "role", *names, "pareto", "params / failure"]:
+    names = [o.get("metric") for o in saved.get("objectives", [])] or ["value"] * len(st.directions)
+    table = Table(title=f"study {st.study_name}  ({n[State.COMPLETE]} complete, {n[State.FAILED]} failed, "
+                        f"{n[State.RUNNING]} running, {n[State.REJECTED]} rejected, {n[State.WAITING]} waiting)")
+    for col in ["#", "state", "role", *names, "pareto", "flags as run / failure"]:
         table.add_column(col)
     for r in rows:
-        vals = [f"{v:.4g}" if isinstance(v, float) else "-" for v in (r["values"] or [None] * len(names))]
-        detail = ", ".join(f"{k}={v}" for k, v in r["params"].items())
+        vals = [_num(v, 4) if isinstance(v, float) else "-" for v in (r["values"] or [None] * len(names))]
+        detail = ", ".join(f"{k}={_num(v)}" for k, v in r["params"].items())
         if r["failure_reason"]:
             detail += f"  [{r['failure_reason'][:80]}]"
-        table.add_row(str(r["number"]), r["state"], r["role"], *vals, "*" if r["pareto"] else "", detail)
+        if r["early_stopped"]:
+            detail += "  (stopped early: estimates)"
+        table.add_row(str(r["number"]), r["state"], r["role"], *vals, "*" if r["pareto"] else "", escape(detail))
     Console(soft_wrap=False, width=200).print(table)

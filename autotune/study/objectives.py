@@ -3,6 +3,12 @@
 A trial that served nothing still gets finite values (Optuna cannot rank NaN): the
 worst OOM rate (1000) or the request timeout as its latency. Constraints carry the
 feasibility signal separately, so such penalties never reach the Pareto front.
+
+A trial whose engine never served gets the penalty for EVERY metric, whatever the
+backend counted: the simulator counts a startup OOM's requests as OOMs, real vLLM counts
+a startup crash's as errors (oom_per_1k 0), and a dead server must measure the same on
+every backend, and never look good (with feasibility constraints off, 0 OOMs would put
+it on the front).
 """
 
 from __future__ import annotations
@@ -23,29 +29,41 @@ SERVING_CONSTRAINT = "serving_ok"
 
 
 def penalty(metric: str, space: SearchSpace) -> float:
-    """The value a metric takes when the trial produced no measurement of it."""
+    """The value a metric takes when the trial produced no measurement of it: the worst
+    it can be. Rates per second (throughput, goodput) before durations, which they also
+    end like."""
     if metric.endswith("_per_1k"):
         return 1000.0
+    if metric.endswith("per_s") or _higher_is_better(metric, space):
+        return 0.0
     if metric.endswith("_s"):
         return float(space.workload.request_timeout_s)
-    if metric.endswith("per_s"):
-        return 0.0
     return 1e9
 
 
-def objective_values(metrics: Mapping[str, float], space: SearchSpace) -> list[float]:
+def _higher_is_better(metric: str, space: SearchSpace) -> bool:
+    if any(o.metric == metric and o.direction == "maximize" for o in space.objectives):
+        return True
+    lim = space.slo.get(metric)
+    return lim is not None and lim.min is not None
+
+
+def measured(metric: str, metrics: Mapping[str, float], started: bool, space: SearchSpace) -> float:
+    """A metric as Optuna is told it: the penalty when the engine never served or the
+    metric was not measured."""
+    v = metrics.get(metric, math.nan) if started else math.nan
+    if v is None or math.isnan(v):
+        return penalty(metric, space)
+    return float(v)
+
+
+def objective_values(metrics: Mapping[str, float], started: bool, space: SearchSpace) -> list[float]:
     """The objectives as measured. For a benchmark stopped early (``requests_not_run`` > 0)
     they are conservative estimates: oom_per_1k counts OOMs over the requests issued (at
     least the final rate's floor, OOMs over all requests) and p99 is over the requests
     finished, which is at least the rank bound the early-stop rule proved dominated
     (autotune.early_stop.EarlyStopRule). So a stopped trial stays dominated."""
-    values = []
-    for obj in space.objectives:
-        v = metrics.get(obj.metric, math.nan)
-        if v is None or math.isnan(v):
-            v = penalty(obj.metric, space)
-        values.append(float(v))
-    return values
+    return [measured(obj.metric, metrics, started, space) for obj in space.objectives]
 
 
 @dataclass(frozen=True)
@@ -73,8 +91,6 @@ def constraint_values(metrics: Mapping[str, float], started: bool, space: Search
             over = crashes - space.workload.max_restarts
             out[SERVING_CONSTRAINT] = float(over) if over > 0 else -1.0
     for metric, lim in space.slo.items():
-        v = metrics.get(metric, math.nan)
-        if v is None or math.isnan(v):
-            v = penalty(metric, space)
+        v = measured(metric, metrics, started, space)
         out[f"slo:{metric}"] = (v - lim.max) if lim.max is not None else (lim.min - v)  # type: ignore[operator]
     return ConstraintValues(out)

@@ -2,81 +2,73 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.study import StudyDirection
+from optuna.trial import TrialState
 
 from autotune.space import SearchSpace
-from autotune.study.seeding import ROLE_REJECTED
+from autotune.study.record import TrialRecord
 
 
-def _launched(t: FrozenTrial) -> bool:
-    return t.state == TrialState.COMPLETE and t.user_attrs.get("role") != ROLE_REJECTED
-
-
-def feasible(t: FrozenTrial) -> bool:
-    return all(v <= 0 for v in t.constraints.values())
-
-
-def pareto_trials(study: optuna.Study, space: SearchSpace) -> list[FrozenTrial]:
-    """Non-dominated launched trials; feasible ones only when the study has constraints."""
-    if not study.trials or not any(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False)):
+def pareto_trials(study: optuna.Study) -> list[TrialRecord]:
+    """Non-dominated launched trials (Optuna's best trials: feasible ones only when the
+    study has constraints), by trial number."""
+    if not any(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False)):
         return []
-    best = study.best_trials if len(space.objectives) > 1 else [study.best_trial]
-    return sorted((t for t in best if _launched(t)), key=lambda t: t.number)
+    best = study.best_trials if len(study.directions) > 1 else [study.best_trial]
+    return sorted((r for r in map(TrialRecord.from_frozen, best) if r.launched), key=lambda r: r.number)
 
 
-def pareto_numbers(study: optuna.Study, space: SearchSpace) -> list[int]:
+def pareto_numbers(study: optuna.Study) -> list[int]:
     try:
-        return [t.number for t in pareto_trials(study, space)]
+        return [r.number for r in pareto_trials(study)]
     except ValueError:  # single objective with no feasible trial yet
         return []
 
 
-def front_points(front: list[FrozenTrial], space: SearchSpace) -> list[tuple[float, float]]:
+def front_points(front: list[TrialRecord], space: SearchSpace) -> list[tuple[float, float]]:
     """(oom_per_1k, p99_e2e_s) of the given front, for the early-stopping rule."""
     names = space.objective_names
     i, j = names.index("oom_per_1k"), names.index("p99_e2e_s")
-    return [(t.values[i], t.values[j]) for t in front]
+    return [(r.values[i], r.values[j]) for r in front if r.values]
 
 
 class FrontCache:
     """The study's Pareto front, kept current without re-reading every trial.
 
-    ``study.best_trials`` reads and sorts all trials: O(n) per call, and the driver needs
+    ``study.best_trials`` reads and sorts all trials: O(n) per call, and the loop needs
     the front after every trial (progress, early stopping), which made a study's total
     cost quadratic. One driver's own results update the front incrementally; trials told
     by other drivers sharing the study arrive through :meth:`invalidate` at each heartbeat.
     """
 
-    def __init__(self, study: optuna.Study, space: SearchSpace) -> None:
+    def __init__(self, study: optuna.Study) -> None:
         self.study = study
-        self.space = space
-        self._front: list[FrozenTrial] | None = None
-        self._signs = [1.0 if d == "minimize" else -1.0 for d in (o.direction for o in space.objectives)]
+        self._front: list[TrialRecord] | None = None
+        self._signs = [1.0 if d == StudyDirection.MINIMIZE else -1.0 for d in study.directions]
 
     def invalidate(self) -> None:
         self._front = None
 
-    def trials(self) -> list[FrozenTrial]:
+    def trials(self) -> list[TrialRecord]:
         if self._front is None:
-            self._front = pareto_trials(self.study, self.space)
+            self._front = pareto_trials(self.study)
         return self._front
 
-    def add(self, t: FrozenTrial) -> None:
+    def add(self, r: TrialRecord) -> None:
         """Fold in one newly told trial (same rule as ``best_trials``)."""
-        if self._front is None or not _launched(t):
+        if self._front is None or not r.launched or not r.values:
             return
-        if t.constraints and not feasible(t):
+        if r.constraints and not r.feasible:
             return
-        if any(self._dominates(f, t) for f in self._front):
+        if any(self._dominates(f, r) for f in self._front):
             return
-        self._front = sorted([f for f in self._front if not self._dominates(t, f)] + [t], key=lambda x: x.number)
+        self._front = sorted([f for f in self._front if not self._dominates(r, f)] + [r], key=lambda x: x.number)
 
-    def _dominates(self, a: FrozenTrial, b: FrozenTrial) -> bool:
+    def _dominates(self, a: TrialRecord, b: TrialRecord) -> bool:
+        assert a.values is not None and b.values is not None
         av = [s * v for s, v in zip(self._signs, a.values, strict=True)]
         bv = [s * v for s, v in zip(self._signs, b.values, strict=True)]
         return all(x <= y for x, y in zip(av, bv, strict=True)) and av != bv
@@ -84,15 +76,8 @@ class FrontCache:
 
 @dataclass(frozen=True)
 class Choice:
-    trial: FrozenTrial
+    trial: TrialRecord
     rule: str
-
-
-def metric(t: FrozenTrial, name: str, space: SearchSpace) -> float:
-    if name in space.objective_names and t.values:
-        return float(t.values[space.objective_names.index(name)])
-    v: Any = (t.user_attrs.get("metrics") or {}).get(name)
-    return math.nan if v is None else float(v)
 
 
 def choose_for_export(study: optuna.Study, space: SearchSpace, max_oom_per_1k: float) -> Choice | None:
@@ -102,16 +87,17 @@ def choose_for_export(study: optuna.Study, space: SearchSpace, max_oom_per_1k: f
     if none is within the limit, the lowest oom_per_1k (ties broken by p99). Trials that
     stopped early are skipped: their numbers are estimates.
     """
-    front = [t for t in pareto_trials(study, space) if not t.user_attrs.get("early_stopped")]
+    front = [r for r in pareto_trials(study) if not r.early_stopped]
     if not front:
         return None
+    names = space.objective_names
 
-    def key(t: FrozenTrial) -> tuple[float, float]:
-        return metric(t, "oom_per_1k", space), metric(t, "p99_e2e_s", space)
+    def key(r: TrialRecord) -> tuple[float, float]:
+        return r.metric("oom_per_1k", names), r.metric("p99_e2e_s", names)
 
-    within = [t for t in front if key(t)[0] <= max_oom_per_1k]
+    within = [r for r in front if key(r)[0] <= max_oom_per_1k]
     if within:
-        best = min(within, key=lambda t: (key(t)[1], key(t)[0], t.number))
+        best = min(within, key=lambda r: (key(r)[1], key(r)[0], r.number))
         return Choice(best, f"lowest p99_e2e_s among Pareto trials with oom_per_1k <= {max_oom_per_1k:g}")
-    best = min(front, key=lambda t: (key(t)[0], key(t)[1], t.number))
+    best = min(front, key=lambda r: (key(r)[0], key(r)[1], r.number))
     return Choice(best, f"no Pareto trial has oom_per_1k <= {max_oom_per_1k:g}: lowest oom_per_1k")

@@ -1,8 +1,10 @@
-"""Resuming a study: trials a dead driver left RUNNING are failed and re-enqueued.
+"""Drivers sharing a study, and resuming one: ownership, heartbeats, orphans, counts.
 
 Several drivers may share one study (PostgreSQL), so a RUNNING trial is only taken over
 when its driver is provably gone: same host and its process no longer exists, or its
-heartbeat is older than ``stale_after_s``.
+heartbeat is older than ``stale_after_s``. Taking a trial over means failing it with the
+reason and enqueueing its config again (:func:`fail_and_requeue`), the one way a trial is
+re-run, whether its driver or its Ray worker died.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from dataclasses import dataclass
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
+
+from autotune.study.record import PROCESS_DIED, State, TrialRecord, enqueue_attrs, state_of
+from autotune.study.storage import with_retries
 
 DRIVER_ATTR = "autotune.driver"
 HEARTBEAT_PREFIX = "autotune.heartbeat:"
@@ -87,56 +92,119 @@ def is_mine_or_orphaned(trial: FrozenTrial, me: DriverId, beats: dict[str, float
     return driver_gone(owner, beats, stale_after_s, time.time() if now is None else now)
 
 
-def running_elsewhere(trials: list[FrozenTrial], me: DriverId) -> int:
-    """RUNNING trials other drivers own: they count towards the target before they finish."""
-    mine = str(me)
-    return sum(1 for t in trials if t.state == TrialState.RUNNING and t.system_attrs.get(DRIVER_ATTR) != mine)
+def fail_and_requeue(study: optuna.Study, t: FrozenTrial, reason: str) -> bool:
+    """Fail the RUNNING trial ``t`` with ``reason`` and enqueue its config again.
+
+    Returns False, doing nothing, when another driver finished or failed it first. Failing
+    comes first because only one driver can fail a trial (a second gets
+    UpdateFinishedTrialError), so two recovering drivers never both re-enqueue it. A driver
+    killed between the fail and the enqueue leaves a FAIL trial with no re-run; the next
+    :func:`recover_orphans` finds it (owner gone, nothing ``requeued_from`` it) and
+    enqueues it then.
+    """
+    record = TrialRecord.from_frozen(t)
+    record.state, record.failure_class, record.failure_reason = State.FAILED, PROCESS_DIED, reason
+    storage = study._storage
+    try:
+        # Attributes first: a finished trial can no longer be updated.
+        for k, v in record.user_attrs().items():
+            if t.user_attrs.get(k) != v:
+                storage.set_trial_user_attr(t._trial_id, k, v)
+        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+    except RuntimeError:
+        return False  # another driver finished or failed it first (UpdateFinishedTrialError)
+    _requeue(study, record)
+    return True
 
 
-def requeue_params(t: FrozenTrial) -> dict:
-    """The params to measure again. A trial killed between ask and its suggestions has
-    none yet; if it was enqueued (baseline, reference, a re-run) its fixed params say what
-    it was going to measure, so the re-run measures that and not a fresh sample."""
-    return {**t.system_attrs.get("fixed_params", {}), **t.params}
+def _requeue(study: optuna.Study, failed: TrialRecord) -> None:
+    """Enqueue what ``failed`` measured or, killed before its suggestions, was enqueued to
+    measure (``params`` holds both), so the re-run measures that and not a fresh sample.
+    Its new trial number is linked back by ``requeued_from`` (Optuna never reuses numbers)."""
+    study.enqueue_trial(failed.params, user_attrs=enqueue_attrs(failed.role, failed.reference, failed.number))
 
 
 def recover_orphans(study: optuna.Study, me: DriverId, stale_after_s: float = 120.0) -> list[int]:
-    """Fail RUNNING trials whose driver is gone and enqueue their params again.
+    """Fail RUNNING trials whose driver is gone and enqueue their configs again.
 
-    Returns the numbers of the failed trials. Their re-runs get new trial numbers (Optuna
-    numbers are never reused); ``requeued_from`` links them.
-
-    Failing comes first because only one driver can fail a trial (a second gets
-    UpdateFinishedTrialError), so two recovering drivers never both re-enqueue it. A driver
-    killed between the fail and the enqueue leaves a FAIL trial with no re-run; the next
-    recovery finds it (owner gone, nothing ``requeued_from`` it) and enqueues it then.
+    Returns the numbers of the failed trials. Also heals a FAIL trial whose driver died
+    between failing and re-enqueueing it.
     """
     beats = heartbeats(study)
     now = time.time()
     trials = study.get_trials(deepcopy=False)
-    requeued = {t.user_attrs["requeued_from"] for t in trials if "requeued_from" in t.user_attrs}
+    requeued = {TrialRecord.from_frozen(t).requeued_from for t in trials}
     failed = []
     for t in trials:
         owner = t.system_attrs.get(DRIVER_ATTR)
         if t.state == TrialState.FAIL and t.number not in requeued and is_mine_or_orphaned(t, me, beats, stale_after_s, now):
-            _requeue(study, t)  # failed by a driver that died before re-enqueueing it
+            _requeue(study, TrialRecord.from_frozen(t))  # failed by a driver that died before re-enqueueing it
             continue
         if t.state != TrialState.RUNNING or owner == str(me) or not driver_gone(owner, beats, stale_after_s, now):
             continue
-        storage = study._storage
-        try:
-            # Attributes first: a finished trial can no longer be updated.
-            storage.set_trial_user_attr(t._trial_id, "failure_reason", f"driver {owner} died while the trial ran")
-            storage.set_trial_user_attr(t._trial_id, "state", "failed")
-            storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-        except RuntimeError:
-            continue  # another driver finished or failed it first (UpdateFinishedTrialError)
-        _requeue(study, t)
-        failed.append(t.number)
+        if fail_and_requeue(study, t, f"driver {owner} died while the trial ran"):
+            failed.append(t.number)
     return failed
 
 
-def _requeue(study: optuna.Study, t: FrozenTrial) -> None:
-    user_attrs = {k: v for k, v in t.user_attrs.items() if k in ("role", "reference")}
-    user_attrs["requeued_from"] = t.number
-    study.enqueue_trial(requeue_params(t), user_attrs=user_attrs)
+@dataclass
+class Counts:
+    """The study's trials by state, as stored: what every driver sharing it sees."""
+
+    complete: int = 0
+    failed: int = 0
+    rejected: int = 0
+    running_elsewhere: int = 0  # RUNNING on other drivers: they count towards the target before they finish
+
+
+class Coordinator:
+    """This driver among the drivers sharing a study.
+
+    It marks the trials it asks as its own, beats every ``beat_every_s``, takes over the
+    trials of drivers that died (at start and at each beat), and counts the study's trials
+    from storage, so that drivers sharing a study stop at the same total.
+    """
+
+    def __init__(self, study: optuna.Study, stale_after_s: float = 120.0, beat_every_s: float = 5.0) -> None:
+        self.study = study
+        self.me = DriverId.mine()
+        self.stale_after_s = stale_after_s
+        self.beat_every_s = beat_every_s
+        self._last_beat = 0.0
+
+    def claim(self, trial: optuna.Trial) -> None:
+        """Record this driver as the owner of a trial it just asked."""
+        self.study._storage.set_trial_system_attr(trial._trial_id, DRIVER_ATTR, str(self.me))
+
+    def recover(self) -> list[int]:
+        return with_retries(lambda: recover_orphans(self.study, self.me, self.stale_after_s), "recover")
+
+    def beat_due(self) -> bool:
+        return time.time() - self._last_beat > self.beat_every_s
+
+    def beat(self) -> list[int]:
+        """Heartbeat, then take over the trials of drivers that died since the last one."""
+        with_retries(lambda: beat(self.study, self.me), "heartbeat")
+        self._last_beat = time.time()
+        return self.recover()
+
+    def counts(self) -> Counts:
+        trials = with_retries(lambda: self.study.get_trials(deepcopy=False), "get_trials")
+        c = Counts()
+        mine = str(self.me)
+        for t in trials:
+            s = state_of(t)
+            if s == State.COMPLETE:
+                c.complete += 1
+            elif s == State.REJECTED:
+                c.rejected += 1
+            elif s == State.FAILED:
+                c.failed += 1
+            elif s == State.RUNNING and t.system_attrs.get(DRIVER_ATTR) != mine:
+                c.running_elsewhere += 1
+        return c
+
+    def mine_or_orphaned(self, trials: list[FrozenTrial]) -> list[FrozenTrial]:
+        """The trials this driver may act for (log): its own, and those of dead drivers."""
+        beats = with_retries(lambda: heartbeats(self.study), "heartbeats")
+        return [t for t in trials if is_mine_or_orphaned(t, self.me, beats, self.stale_after_s)]

@@ -13,13 +13,9 @@ import optuna
 from autotune.engine import resolve_defaults
 from autotune.space import SearchSpace
 from autotune.study.hardware import gpu_memory_gib
+from autotune.study.record import BASELINE_NAME, Role, enqueue_attrs
 
 log = logging.getLogger(__name__)
-
-ROLE_BASELINE = "baseline"
-ROLE_REFERENCE = "reference"
-ROLE_SEARCH = "search"
-ROLE_REJECTED = "rejected"
 
 
 def baseline_params(space: SearchSpace) -> dict[str, Any]:
@@ -37,18 +33,14 @@ def baseline_params(space: SearchSpace) -> dict[str, Any]:
     return out
 
 
-def enqueue_warm_start(study: optuna.Study, space: SearchSpace) -> int:
-    n = 0
-    study.enqueue_trial(baseline_params(space), user_attrs={"role": ROLE_BASELINE, "reference": "vllm-defaults"})
-    n += 1
+def enqueue_warm_start(study: optuna.Study, space: SearchSpace) -> None:
     defaults = baseline_params(space)
+    study.enqueue_trial(defaults, user_attrs=enqueue_attrs(Role.BASELINE, BASELINE_NAME))
     for ref in space.references:
         # Searched flags a reference leaves unset take vLLM's defaults, as they would when
         # the reference config is deployed; they must not be sampled at random.
         params = {**defaults, **{k: v for k, v in ref.flags.items() if k in space.params}}
-        study.enqueue_trial(params, user_attrs={"role": ROLE_REFERENCE, "reference": ref.name})
-        n += 1
-    return n
+        study.enqueue_trial(params, user_attrs=enqueue_attrs(Role.REFERENCE, ref.name))
 
 
 def reference_fixed_overrides(space: SearchSpace, name: str) -> dict[str, Any]:

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from optuna.trial import FrozenTrial
-
 from autotune.early_stop import EarlyStopRule
 from autotune.space import SearchSpace
 from autotune.study.pareto import front_points
 from autotune.study.pruning import StartupPredictor
-from autotune.study.seeding import ROLE_BASELINE, ROLE_REFERENCE
+from autotune.study.record import Role, TrialRecord
 
 
-def early_stop_rule(front: list[FrozenTrial], space: SearchSpace) -> EarlyStopRule | None:
+def early_stop_rule(front: list[TrialRecord], space: SearchSpace) -> EarlyStopRule | None:
     """The rule a trial's benchmark checks, from the front as it stands at dispatch."""
     if not space.study.strategy.early_stop or space.objective_names[:2] != ["oom_per_1k", "p99_e2e_s"]:
         return None
@@ -30,12 +28,12 @@ def early_stop_rule(front: list[FrozenTrial], space: SearchSpace) -> EarlyStopRu
     return EarlyStopRule(front=tuple(pts)) if pts else None
 
 
-def prune_reason(predictor: StartupPredictor | None, flags: dict[str, Any], role: str) -> str:
+def prune_reason(predictor: StartupPredictor | None, flags: dict[str, Any], role: Role) -> str:
     """Why a sample must not launch ('' to launch it).
 
     Baseline and reference configs are measured as-is, even when predicted to fail: they
     are the comparison points, and a wrong prediction about them is worth finding out.
     """
-    if predictor is None or role in (ROLE_BASELINE, ROLE_REFERENCE):
+    if predictor is None or role in (Role.BASELINE, Role.REFERENCE):
         return ""
     return predictor.failure(flags)

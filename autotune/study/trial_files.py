@@ -1,61 +1,68 @@
-"""Per-trial files in the run directory; the same files become MLflow artifacts."""
+"""Per-trial files in the run directory; the same files become MLflow artifacts.
+
+The driver is their one writer (workers may run on other nodes: everything a trial
+produced comes back inside its result), and result.json has this one layout.
+"""
 
 from __future__ import annotations
 
 import csv
 import json
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from autotune.results import TrialResult
+from autotune.rundir import RunDir
+from autotune.study.callbacks import Callback
+from autotune.study.record import TrialRecord
+
+# Every file a trial may have, in the order they are logged.
+FILE_NAMES = ("flags.yaml", "requests.csv", "result.json", "server.log", "gpu_timeline.json", "metrics_snapshots.json")
 
 
-def write_flags(trial_dir: Path, flags: dict[str, Any]) -> Path:
+class TrialFiles(Callback):
+    """Writes a trial's files before Optuna is told, so a complete trial always has them."""
+
+    def __init__(self, run_dir: RunDir) -> None:
+        self.run_dir = run_dir
+
+    def on_trial_measured(self, record: TrialRecord, result: TrialResult) -> None:
+        write_trial_files(self.run_dir.trial_dir(record.number), record, result)
+
+
+def write_trial_files(trial_dir: Path, record: TrialRecord, result: TrialResult) -> None:
     trial_dir.mkdir(parents=True, exist_ok=True)
-    path = trial_dir / "flags.yaml"
-    path.write_text(yaml.safe_dump(flags, sort_keys=True))
-    return path
+    (trial_dir / "flags.yaml").write_text(yaml.safe_dump(record.flags, sort_keys=True))
+    _write_requests_csv(trial_dir / "requests.csv", result)
+    d = result.to_dict()
+    d.pop("records")
+    d.pop("artifacts")
+    d["metrics"] = record.metrics
+    (trial_dir / "result.json").write_text(json.dumps(d, indent=1, default=str, allow_nan=True))
+    # What a trial produced besides its numbers; the backend shipped it back in the result.
+    a = result.artifacts
+    if a.server_log:
+        (trial_dir / "server.log").write_text(a.server_log)
+    if a.gpu_timeline:
+        (trial_dir / "gpu_timeline.json").write_text(json.dumps(a.gpu_timeline))
+    if a.metrics_snapshots:  # the engine's /metrics as the benchmark went (real vLLM)
+        (trial_dir / "metrics_snapshots.json").write_text(json.dumps(a.metrics_snapshots))
 
 
-def write_requests_csv(trial_dir: Path, result: TrialResult) -> Path:
-    path = trial_dir / "requests.csv"
+def existing_files(run_dir: RunDir, number: int) -> list[Path]:
+    """The files a trial has on disk (none for a rejected or failed trial)."""
+    d = run_dir.trial_dir(number)
+    return [d / n for n in FILE_NAMES if (d / n).exists()]
+
+
+def _write_requests_csv(path: Path, result: TrialResult) -> None:
     with path.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["index", "send_s", "ttft_s", "e2e_s", "tpot_s", "prompt_tokens", "output_tokens", "status", "error"])
         for r in result.records:
             w.writerow([r.index, _f(r.send_s), _f(r.ttft_s), _f(r.e2e_s), _f(r.tpot_s), r.prompt_tokens,
                         r.output_tokens, str(r.status), r.error])
-    return path
-
-
-def write_result_json(trial_dir: Path, result: TrialResult, metrics: dict[str, float]) -> Path:
-    path = trial_dir / "result.json"
-    d = result.to_dict()
-    d.pop("records")
-    d.pop("artifacts")
-    d["metrics"] = metrics
-    path.write_text(json.dumps(d, indent=1, default=str, allow_nan=True))
-    return path
-
-
-def write_server_log(trial_dir: Path, result: TrialResult) -> Path | None:
-    """The server log the backend shipped back in the result (its node may not be the driver's)."""
-    text = result.artifacts.server_log
-    if not text:
-        return None
-    path = trial_dir / "server.log"
-    path.write_text(text)
-    return path
-
-
-def write_gpu_timeline(trial_dir: Path, result: TrialResult) -> Path | None:
-    if not result.artifacts.gpu_timeline:
-        return None
-    path = trial_dir / "gpu_timeline.json"
-    path.write_text(json.dumps(result.artifacts.gpu_timeline))
-    return path
 
 
 def _f(v: float | None) -> str:

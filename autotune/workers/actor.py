@@ -14,6 +14,7 @@ from typing import Any
 import ray
 
 from autotune.backends import TrialRequest, get_backend
+from autotune.results import TrialResult
 
 
 class TrialWorker:
@@ -30,7 +31,7 @@ class TrialWorker:
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
         }
 
-    def run(self, request: TrialRequest) -> Any:
+    def run(self, request: TrialRequest) -> TrialResult:
         return self.backend.run_trial(request)
 
     def close(self) -> None:

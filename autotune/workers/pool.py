@@ -1,4 +1,8 @@
-"""A pool of trial workers that keeps every worker busy and survives worker deaths."""
+"""A pool of trial workers that keeps every worker busy and survives worker deaths.
+
+The trial loop's default pool (it implements autotune.study.pool.WorkerPool): one Ray
+actor per GPU group.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError
 
 from autotune.backends import TrialRequest
+from autotune.results import TrialResult
 from autotune.workers.actor import RemoteTrialWorker
 
 log = logging.getLogger(__name__)
@@ -23,7 +28,7 @@ class Finished:
 
     key: Any
     worker_id: int
-    result: Any = None
+    result: TrialResult | None = None
     worker_died: str | None = None
 
 

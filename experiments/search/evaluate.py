@@ -21,9 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import common as C
 import optuna
-from optuna.trial import TrialState
+
+from autotune.study.record import Role, State, TrialRecord, records
+from experiments.search import common as C
 
 GATE_P99 = 1.15
 GATE_OOM = 20.0
@@ -117,23 +118,24 @@ class Score:
 def score(study: optuna.Study, dispatch: Sequence[Any], truth: TruthTable, checkpoints: Sequence[int]) -> Score:
     from autotune.sim import simulate_trial
 
-    by_num = {t.number: t for t in study.get_trials(deepcopy=False)}
+    by_num = {r.number: r for r in records(study.get_trials(deepcopy=False))}
     launched = [by_num[d.trial] for d in dispatch]
     sp = truth.space
 
-    def measured(t):
-        return t.values if t.state == TrialState.COMPLETE and t.values else None
+    def measured(r: TrialRecord) -> list[float] | None:
+        return r.values if r.launched and r.values else None
 
-    def usable(t) -> bool:
-        m = t.user_attrs.get("metrics") or {}
-        ok = m.get("requests_ok") or 0
-        return measured(t) is not None and ok > 0 and not t.user_attrs.get("early_stopped")
+    def usable(r: TrialRecord) -> bool:
+        return measured(r) is not None and r.metrics.get("requests_ok", 0) > 0 and not r.early_stopped
+
+    def gpu_h(rs: Sequence[TrialRecord]) -> float:
+        return sum(r.metrics.get("gpu_time_s", 0.0) for r in rs) / 3600
 
     hv: dict[int, float] = {}
     for n in checkpoints:
-        pts = [(measured(t)[0], measured(t)[1], t) for t in launched[:n] if usable(t)]
-        front = [t for o, p, t in pts if not any((o2 <= o and p2 <= p) and (o2 < o or p2 < p) for o2, p2, _ in pts)]
-        tv = [truth.value(t.user_attrs["flags"]) for t in front]
+        pts = [(measured(r)[0], measured(r)[1], r) for r in launched[:n] if usable(r)]
+        front = [r for o, p, r in pts if not any((o2 <= o and p2 <= p) and (o2 < o or p2 < p) for o2, p2, _ in pts)]
+        tv = [truth.value(r.flags) for r in front]
         hv[n] = hypervolume_2d([hv_transform(v["oom"], v["p99"], truth.target_p99) for v in tv if v["started"]]) / truth.true_hv
     to_target: dict[str, float] = {}
     wall: dict[str, float] = {}
@@ -142,39 +144,38 @@ def score(study: optuna.Study, dispatch: Sequence[Any], truth: TruthTable, check
         to_target[label] = math.inf
         wall[label] = math.inf
         gpu[label] = math.inf
-        for i, t in enumerate(launched):
-            if not usable(t):
+        for i, r in enumerate(launched):
+            if not usable(r):
                 continue
-            o, p = measured(t)
+            o, p = measured(r)
             if o > GATE_OOM or p > GATE_P99 * truth.target_p99:
                 continue
-            if truth.hits(truth.value(t.user_attrs["flags"]), tol):
+            if truth.hits(truth.value(r.flags), tol):
                 to_target[label] = i + 1
                 wall[label] = dispatch[i].end_s / 3600
-                gpu[label] = sum(float((x.user_attrs.get("metrics") or {}).get("gpu_time_s") or 0) for x in launched[: i + 1]) / 3600
+                gpu[label] = gpu_h(launched[: i + 1])
                 break
-    rejected = [t for t in by_num.values() if t.user_attrs.get("role") == "rejected"]
+    rejected = [r for r in by_num.values() if r.state == State.REJECTED]
     wrong = 0
-    for t in rejected:
-        flags = t.user_attrs["flags"]
-        if "predicted startup failure" not in (t.user_attrs.get("failure_reason") or ""):
+    for r in rejected:
+        if "predicted startup failure" not in r.failure_reason:
             continue  # a declarative-constraint rejection, not the memory model
-        res = simulate_trial(sp.engine.model, sp.engine.gpu, C.resolved_flags(sp, flags), sp.workload, seed=0)
+        res = simulate_trial(sp.engine.model, sp.engine.gpu, C.resolved_flags(sp, r.flags), sp.workload, seed=0)
         wrong += res.status.value == "ok"
-    dead = [t for t in launched if ((t.user_attrs.get("metrics") or {}).get("duration_s") or 0) == 0]
-    warm = sum(1 for t in dead if t.user_attrs.get("role") in ("baseline", "reference"))
-    final = [t for t in launched if usable(t)]
+    dead = [r for r in launched if r.metrics.get("duration_s", 0.0) == 0]
+    warm = sum(1 for r in dead if r.role in (Role.BASELINE, Role.REFERENCE))
+    final = [r for r in launched if usable(r)]
     best = math.inf
-    pts = [(measured(t)[0], measured(t)[1], t) for t in final]
-    front = [t for o, p, t in pts if not any((o2 <= o and p2 <= p) and (o2 < o or p2 < p) for o2, p2, _ in pts)]
-    for t in front:
-        v = truth.value(t.user_attrs["flags"])
+    pts = [(measured(r)[0], measured(r)[1], r) for r in final]
+    front = [r for o, p, r in pts if not any((o2 <= o and p2 <= p) and (o2 < o or p2 < p) for o2, p2, _ in pts)]
+    for r in front:
+        v = truth.value(r.flags)
         if v["started"] and v["oom"] <= 1:
             best = min(best, v["p99"])
     return Score(
         hv=hv, to_target=to_target, wall_to_target_h=wall, gpu_to_target_h=gpu,
-        gpu_total_h=sum(float((t.user_attrs.get("metrics") or {}).get("gpu_time_s") or 0) for t in launched) / 3600,
+        gpu_total_h=gpu_h(launched),
         wall_total_h=max((d.end_s for d in dispatch), default=0.0) / 3600,
         launched=len(launched), wasted_search=len(dead) - warm, wasted_warm=warm, rejected=len(rejected), wrongly_rejected=wrong,
-        early_stopped=sum(1 for t in launched if t.user_attrs.get("early_stopped")), best_true_p99=best,
+        early_stopped=sum(1 for r in launched if r.early_stopped), best_true_p99=best,
     )

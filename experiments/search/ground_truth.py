@@ -26,8 +26,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common as C  # noqa: E402
+if not __package__:  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from experiments.search import common as C  # noqa: E402
 
 _SP = None
 

@@ -23,8 +23,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common as C  # noqa: E402
+if not __package__:  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from experiments.search import common as C  # noqa: E402
 
 RESULTS = C.HERE / "results"
 ALL_ON = dict(prune_startup_failures=True, feasibility_constraints=True, early_stop=True, warm_start=True)
@@ -80,8 +81,9 @@ _TRUTH = None
 
 def _job(args: tuple[str, int, int, int]) -> dict[str, Any]:
     global _TRUTH
-    import evaluate as E
-    import harness as H
+    from autotune.study.record import records
+    from experiments.search import evaluate as E
+    from experiments.search import harness as H
 
     name, seed, trials, workers = args
     if _TRUTH is None:
@@ -93,13 +95,14 @@ def _job(args: tuple[str, int, int, int]) -> dict[str, Any]:
     cps = [c for c in CHECKPOINTS if c <= trials] + ([trials] if trials not in CHECKPOINTS else [])
     s = E.score(study, pool.log, _TRUTH, cps)
     # the found front at the end (true values), for the fronts plot
+    recs = {r.number: r for r in records(study.get_trials(deepcopy=False))}
     front = []
     for d in pool.log:
-        t = study.trials[d.trial]
-        if t.values and (t.user_attrs.get("metrics") or {}).get("requests_ok") and not t.user_attrs.get("early_stopped"):
-            front.append((t.values[0], t.values[1], t.number))
+        r = recs[d.trial]
+        if r.values and r.metrics.get("requests_ok", 0) > 0 and not r.early_stopped:
+            front.append((r.values[0], r.values[1], r.number))
     nd = [n for o, p, n in front if not any(o2 <= o and p2 <= p and (o2 < o or p2 < p) for o2, p2, _ in front)]
-    fv = [_TRUTH.value(study.trials[n].user_attrs["flags"]) for n in nd]
+    fv = [_TRUTH.value(recs[n].flags) for n in nd]
     return {"strategy": name, "seed": seed, **asdict(s), "front_true": [(v["oom"], v["p99"]) for v in fv if v["started"]],
             "study_s": t_study, "score_s": time.time() - t0 - t_study}
 
@@ -125,7 +128,7 @@ def fmt(x: float, nd: int = 1) -> str:
 
 
 def summarize(rows: list[dict[str, Any]], trials: int, names: list[str], notes: dict[str, str]) -> str:
-    import evaluate as E
+    from experiments.search import evaluate as E
 
     truth = E.TruthTable()
     cps = [c for c in (10, 20, 30, 50) if c <= trials]

@@ -184,12 +184,12 @@ def _digest(paths: list[Path]) -> dict[str, str]:
 def finished_study(ray_cluster, tmp_path_factory) -> tuple[Path, Path]:
     """A real two-trial study to be resumed with bad input."""
     from autotune.space import load_space
-    from autotune.study.driver import RunOptions, StudyDriver
+    from autotune.service import RunOptions, run_study
 
     root = tmp_path_factory.mktemp("resume")
     space = write_space(root / "space.yaml", _base())
     out = root / "run"
-    StudyDriver(load_space(space), space, RunOptions(out=out, progress=False, address=ray_cluster)).run()
+    run_study(load_space(space), space, RunOptions(out=out, progress=False, address=ray_cluster))
     return space, out
 
 

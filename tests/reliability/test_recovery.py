@@ -7,7 +7,8 @@ import socket
 import optuna
 from optuna.trial import TrialState
 
-from autotune.study.recovery import DRIVER_ATTR, DriverId, recover_orphans, requeue_params
+from autotune.study.record import TrialRecord
+from autotune.study.recovery import DRIVER_ATTR, DriverId, recover_orphans
 from autotune.study.storage import open_storage
 
 DEAD = f"{socket.gethostname()}:999999:deadbeef"  # same host, a pid that cannot exist
@@ -42,7 +43,7 @@ def test_trial_killed_before_its_suggestions_reruns_what_it_was_enqueued_with(tm
     t = study.ask()  # popped from the queue, killed before suggest_*: no params yet
     study._storage.set_trial_system_attr(t._trial_id, DRIVER_ATTR, DEAD)
     assert study.trials[t.number].params == {}
-    assert requeue_params(study.trials[t.number]) == {"max_num_seqs": 48}
+    assert TrialRecord.from_frozen(study.trials[t.number]).params == {"max_num_seqs": 48}  # what a re-run measures
     recover_orphans(study, DriverId.mine())
     rerun = _reruns(study, t.number)[0]
     assert rerun.system_attrs["fixed_params"] == {"max_num_seqs": 48} and rerun.user_attrs["role"] == "baseline"

@@ -8,12 +8,8 @@ from __future__ import annotations
 import itertools
 import math
 
-import common as C  # experiments/search (tests/search/conftest.py)
-import evaluate as E
-import harness as H
 import optuna
 import pytest
-import run as R
 
 from autotune.early_stop import EarlyStopRule
 from autotune.sim import predict_startup, simulate_trial
@@ -26,6 +22,10 @@ from autotune.study.objectives import (
 )
 from autotune.study.params import suggest_params
 from autotune.study.samplers import make_sampler
+from experiments.search import common as C
+from experiments.search import evaluate as E
+from experiments.search import harness as H
+from experiments.search import run as R
 
 BAD = {  # the field report's "tuned" config: bf16 weights alone exceed 0.85 x 79 GiB
     "gpu_memory_utilization": 0.85, "max_num_seqs": 128, "block_size": 32, "enforce_eager": True,
@@ -43,17 +43,10 @@ def small_space(**strategy):
 
 def enqueue_run(sp, configs, trials):
     """Run the driver's loop with ``configs`` enqueued as search samples (not references)."""
-    drv = H.BenchDriver(sp, trials=trials, seed=0, workers=1)
-    orig = drv._open_study
-
-    def opened():
-        study = orig()
-        for c in configs:
-            study.enqueue_trial(c, user_attrs={"role": "search"})
-        return study
-
-    drv._open_study = opened
-    return drv.run_bench()
+    study = H.open_bench_study(sp, seed=0)
+    for c in configs:
+        study.enqueue_trial(c, user_attrs={"role": "search"})
+    return study, H.run_loop(study, sp, trials=trials, seed=0, workers=1)
 
 
 def test_pruning_rejects_a_predicted_failure_and_never_launches_it():
@@ -109,7 +102,7 @@ def test_early_stop_stops_a_dominated_trial_with_conservative_objectives():
     m = res.metrics()
     assert m["requests_not_run"] > 0  # the requests not run are reported
     assert res.gpu_time_s < full.gpu_time_s
-    oom, p99 = objective_values(m, sp)
+    oom, p99 = objective_values(m, True, sp)
     # Conservative: what Optuna is told keeps the trial dominated by the point that stopped it.
     assert oom >= front_pt[0] and p99 >= rule.margin * front_pt[1]
     assert full.metrics()["p99_e2e_s"] >= rule.margin * front_pt[1]  # and it really was dominated

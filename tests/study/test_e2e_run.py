@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from autotune.space import load_space
-from autotune.study.driver import RunOptions, StudyDriver
+from autotune.service import RunOptions, run_study
 from tests.conftest import run_cli
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -33,7 +33,7 @@ def _mlflow_trial_runs(run_dir: Path, study: str) -> list:
 def sim_study(ray_cluster, tmp_path_factory):
     out = tmp_path_factory.mktemp("e2e") / "run"
     space_path = DATA / "sim_small.yaml"
-    summary = StudyDriver(load_space(space_path), space_path, RunOptions(out=out, progress=False)).run()
+    summary = run_study(load_space(space_path), space_path, RunOptions(out=out, progress=False))
     return summary, out
 
 
@@ -126,15 +126,20 @@ def test_status_json_and_export(sim_study, capsys, tmp_path):
 
 
 def test_export_rule_prefers_lowest_p99_within_oom_limit(sim_study):
-    from autotune.study.pareto import choose_for_export, metric
+    from autotune.study.pareto import choose_for_export
+    from autotune.study.record import TrialRecord
 
     summary, out = sim_study
     sp = load_space(DATA / "sim_small.yaml")
+
+    def metric(r: TrialRecord, name: str) -> float:
+        return r.metric(name, sp.objective_names)
+
     study = optuna.load_study(study_name=summary.study, storage=f"sqlite:///{out / 'optuna.db'}")
     choice = choose_for_export(study, sp, max_oom_per_1k=1e9)
-    front = [t for t in study.best_trials if not t.user_attrs.get("early_stopped")]
-    assert metric(choice.trial, "p99_e2e_s", sp) == min(metric(t, "p99_e2e_s", sp) for t in front)
+    front = [TrialRecord.from_frozen(t) for t in study.best_trials if not t.user_attrs.get("early_stopped")]
+    assert metric(choice.trial, "p99_e2e_s") == min(metric(t, "p99_e2e_s") for t in front)
     strict = choose_for_export(study, sp, max_oom_per_1k=-1)  # nothing qualifies: lowest OOM wins
-    assert metric(strict.trial, "oom_per_1k", sp) == min(metric(t, "oom_per_1k", sp) for t in front)
+    assert metric(strict.trial, "oom_per_1k") == min(metric(t, "oom_per_1k") for t in front)
     assert "lowest oom_per_1k" in strict.rule
     assert os.path.exists(out / "plots" / "pareto.png")

@@ -6,21 +6,15 @@ import random
 
 import optuna
 
-from autotune.space.schema import SearchSpace
 from autotune.study.pareto import FrontCache, pareto_trials
-
-SPACE = SearchSpace.model_validate({
-    "version": 1,
-    "engine": {"backend": "noop", "model": "m"},
-    "params": {"max_num_seqs": {"type": "int", "low": 1, "high": 64}},
-})
+from autotune.study.record import TrialRecord
 
 
 def test_incremental_front_matches_best_trials():
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     rng = random.Random(7)
     study = optuna.create_study(directions=["minimize", "minimize"])
-    cache = FrontCache(study, SPACE)
+    cache = FrontCache(study)
     for i in range(120):
         t = study.ask()
         t.suggest_int("max_num_seqs", 1, 64)
@@ -29,7 +23,7 @@ def test_incremental_front_matches_best_trials():
         t.set_constraint("startup_ok", 1.0 if rng.random() < 0.2 else -1.0)
         # Coarse values make ties and exact duplicates common.
         frozen = study.tell(t, [float(rng.randint(0, 5)), float(rng.randint(0, 8))])
-        cache.add(frozen)
-        assert [x.number for x in cache.trials()] == [x.number for x in pareto_trials(study, SPACE)]
+        cache.add(TrialRecord.from_frozen(frozen))
+        assert [x.number for x in cache.trials()] == [x.number for x in pareto_trials(study)]
     cache.invalidate()
-    assert [x.number for x in cache.trials()] == [x.number for x in pareto_trials(study, SPACE)]
+    assert [x.number for x in cache.trials()] == [x.number for x in pareto_trials(study)]

@@ -1,0 +1,151 @@
+"""`autotune run` assembled: the default Ray worker pool, the callbacks, the run directory.
+
+The trial loop (autotune.study.driver) is given everything it works with; this module
+decides what that is for a real run: a study in the run directory's storage (or the
+space's), Ray actors on GPU groups, trial files, MLflow and progress output. Everything
+that can refuse the run is checked before anything is written.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autotune.rundir import RunDir
+from autotune.security import mask_env, mask_url, secret_values
+from autotune.space import SearchSpace, space_fingerprint
+from autotune.study.callbacks import Callback
+from autotune.study.driver import TrialLoop
+from autotune.study.opening import open_study
+from autotune.study.pareto import pareto_numbers
+from autotune.study.progress import Progress
+from autotune.study.samplers import make_sampler
+from autotune.study.storage import check_url, expand_url, open_storage
+from autotune.study.trial_files import TrialFiles
+from autotune.tracking.callback import MlflowLogger
+from autotune.workers.cluster import ClusterInfo, connect, disconnect, plan_workers
+from autotune.workers.pool import WorkerPool
+
+
+@dataclass
+class RunOptions:
+    out: Path | None = None
+    study_name: str | None = None
+    trials: int | None = None
+    workers: int | None = None
+    seed: int | None = None
+    address: str | None = None
+    progress: bool = True
+    stale_after_s: float = 120.0
+    backend_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunSummary:
+    study: str
+    run_dir: Path
+    n_complete: int
+    n_failed: int
+    n_rejected: int
+    pareto: list[int]
+    workers: int
+    wall_s: float
+    launched: int
+
+
+def study_name_for(space: SearchSpace, space_path: Path, override: str | None) -> str:
+    return override or space.study.name or space_path.stem
+
+
+def run_study(space: SearchSpace, space_path: Path, opts: RunOptions) -> RunSummary:
+    """Run (or resume) the study ``space`` describes until it holds its target of trials."""
+    t0 = time.time()
+    name = study_name_for(space, space_path, opts.study_name)
+    run_dir = RunDir(opts.out or Path("runs") / name)
+    seed = space.study.seed if opts.seed is None else opts.seed
+    info, n_workers = _preflight(space, opts, seed)
+    try:
+        run_dir.ensure()
+        storage_url = expand_url(space.study.storage) if space.study.storage else run_dir.optuna_url
+        mlflow_uri = space.study.mlflow_tracking_uri
+        mlflow_uri = expand_url(mlflow_uri, "study.mlflow_tracking_uri") if mlflow_uri else run_dir.mlflow_url
+        opened = open_study(space, name, open_storage(storage_url), make_sampler(space.study.sampler, space, seed))
+        if opened.first_open:
+            run_dir.space_copy.write_text(yaml.safe_dump(_masked_space(space), sort_keys=False))
+        target = opts.trials or space.study.trials
+        g, c = space.cluster.gpus_per_worker, space.cluster.cpus_per_worker
+        callbacks: list[Callback] = [
+            TrialFiles(run_dir),
+            MlflowLogger(mlflow_uri, run_dir, _invocation_params(space, name, target, n_workers, seed, run_dir),
+                         {"backend": space.engine.backend}),
+        ]
+        if opts.progress:
+            callbacks.append(Progress(
+                f"backend {space.engine.backend}, {n_workers} worker(s) x {g} GPU(s), sampler {space.study.sampler}; "
+                f"run dir {run_dir.root}"))
+        loop = TrialLoop(
+            opened.study, space, WorkerPool(space.engine.backend, n_workers, g, c, opts.backend_kwargs),
+            target=target, seed=seed, callbacks=callbacks, stale_after_s=opts.stale_after_s,
+            secrets=secret_values(space.engine.env, [space.study.storage, space.study.mlflow_tracking_uri,
+                                                     storage_url, mlflow_uri]),
+        )
+        res = loop.run()
+    finally:
+        disconnect(info)
+    t = res.tally
+    return RunSummary(name, run_dir.root, t.complete, t.failed, t.rejected, pareto_numbers(opened.study), n_workers,
+                      time.time() - t0, res.launched)
+
+
+def _preflight(space: SearchSpace, opts: RunOptions, seed: int) -> tuple[ClusterInfo, int]:
+    """Everything that can refuse the run, checked before anything is written.
+
+    A bad storage URL, an unknown sampler, an unreachable Ray or too many workers must
+    leave no run directory, no study and no MLflow experiment behind.
+    """
+    if space.study.storage:
+        check_url(expand_url(space.study.storage))
+    if space.study.mlflow_tracking_uri:
+        expand_url(space.study.mlflow_tracking_uri, "study.mlflow_tracking_uri")
+    make_sampler(space.study.sampler, space, seed)
+    g, c = space.cluster.gpus_per_worker, space.cluster.cpus_per_worker
+    requested = opts.workers or space.cluster.workers
+    logical = None
+    if space.engine.backend in ("sim", "noop") and not opts.address and g > 0:
+        logical = (requested or 2) * g  # the simulator runs on CPUs but keeps the GPU placement path
+    info = connect(opts.address or space.cluster.address, logical_gpus=logical)
+    try:
+        return info, plan_workers(requested, g, c, info)
+    except BaseException:
+        disconnect(info)
+        raise
+
+
+def _invocation_params(space: SearchSpace, name: str, target: int, n_workers: int, seed: int,
+                       run_dir: RunDir) -> dict[str, Any]:
+    return {
+        "study": name,
+        "backend": space.engine.backend,
+        "model": space.engine.model,
+        "gpu": space.engine.gpu,
+        "sampler": space.study.sampler,
+        "trials": target,
+        "workers": n_workers,
+        "seed": seed,
+        "storage": mask_url(space.study.storage or run_dir.optuna_url),
+        "space_fingerprint": space_fingerprint(space),
+        **{f"strategy.{k}": v for k, v in space.study.strategy.model_dump().items()},
+    }
+
+
+def _masked_space(space: SearchSpace) -> dict[str, Any]:
+    d = space.model_dump(mode="json")
+    d["engine"]["env"] = mask_env(space.engine.env)
+    for key in ("storage", "mlflow_tracking_uri"):
+        if d["study"].get(key):
+            d["study"][key] = mask_url(d["study"][key])
+    return d

@@ -1,0 +1,75 @@
+"""From an asked Optuna trial to a launchable trial: sample, repair, prune; and its request.
+
+Sampling follows the space (conditions), declarative constraints repair or reject a
+sample, and the memory model rejects what cannot start, all before anything launches.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import optuna
+
+from autotune.backends.base import ServerSpec, TrialRequest
+from autotune.early_stop import EarlyStopRule
+from autotune.space import SearchSpace
+from autotune.study import seeding, strategy
+from autotune.study.params import check_constraints, suggest_params
+from autotune.study.pruning import StartupPredictor
+from autotune.study.record import State, TrialRecord
+
+
+@dataclass
+class Proposal:
+    record: TrialRecord  # RUNNING, with the flags it would run with
+    reject_reason: str  # '' when it may launch
+
+
+def propose(trial: optuna.Trial, space: SearchSpace, predictor: StartupPredictor | None) -> Proposal:
+    """Suggest the space's params on ``trial`` and decide whether the config may launch."""
+    asked = TrialRecord.from_frozen(_frozen(trial))
+    params = suggest_params(trial, space)
+    flags = {**space.fixed_flags(), **seeding.reference_fixed_overrides(space, asked.reference), **params}
+    repaired, violated = check_constraints(params, space, flags)
+    flags.update(repaired)
+    reason = "; ".join(violated) or strategy.prune_reason(predictor, flags, asked.role)
+    record = TrialRecord(trial.number, State.RUNNING, asked.role, asked.reference, params=params, flags=flags,
+                         requeued_from=asked.requeued_from, started_at=asked.started_at)
+    return Proposal(record, reason)
+
+
+def _frozen(trial: optuna.Trial) -> optuna.trial.FrozenTrial:
+    return trial.study._storage.get_trial(trial._trial_id)
+
+
+def server_spec(space: SearchSpace) -> ServerSpec:
+    """How every trial's engine is deployed. Relative paths in the space mean the directory
+    autotune runs in; Ray workers run elsewhere, so they get absolute ones."""
+    e = space.engine
+    return ServerSpec(
+        model=_local_path_or_id(e.model), gpu=e.gpu, env=dict(e.env), host=e.host,
+        download_dir=_local_path_or_id(e.download_dir), startup_timeout_s=e.startup_timeout_s,
+        python=_local_path_or_id(e.python),
+    )
+
+
+def _local_path_or_id(value: str | None) -> str | None:
+    """An existing relative path made absolute WITHOUT following symlinks: a venv's
+    bin/python is a symlink to the base interpreter, which cannot import the venv's vLLM.
+    Anything else (a hub model id, an absolute path) passes through."""
+    if value and not os.path.isabs(value) and os.path.lexists(value):
+        return os.path.abspath(value)
+    return value
+
+
+def trial_request(record: TrialRecord, space: SearchSpace, server: ServerSpec, seed: int,
+                  early_stop: EarlyStopRule | None) -> TrialRequest:
+    return TrialRequest(
+        trial_number=record.number,
+        server=server,
+        flags=dict(record.flags),
+        workload=space.workload,
+        seed=seed * 100_003 + record.number,
+        early_stop=early_stop,
+    )

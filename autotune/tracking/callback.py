@@ -1,0 +1,73 @@
+"""The trial loop's MLflow callback: a parent run per invocation, a child run per trial.
+
+Child runs are created after Optuna is told (``on_trial_end``) and keyed by trial number,
+so a resumed driver logs each told-but-unlogged trial once and never one twice; trials a
+live driver sharing the study told are that driver's to log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from optuna.trial import TrialState
+
+from autotune.results import TrialResult
+from autotune.rundir import RunDir
+from autotune.study.callbacks import Callback, StudyContext
+from autotune.study.pareto import pareto_numbers
+from autotune.study.record import TrialRecord
+from autotune.study.trial_files import existing_files
+from autotune.tracking.mlflow_tracker import MlflowTracker
+from autotune.tracking.report import trial_log, write_plots
+
+
+class MlflowLogger(Callback):
+    def __init__(self, tracking_uri: str, run_dir: RunDir, invocation_params: Mapping[str, Any],
+                 invocation_tags: Mapping[str, str]) -> None:
+        self.tracking_uri = tracking_uri
+        self.run_dir = run_dir
+        self.params = dict(invocation_params)
+        self.tags = dict(invocation_tags)
+        self.logged: dict[int, str] = {}  # trial number -> child run id
+        self._ctx: StudyContext | None = None
+        self._tracker: MlflowTracker | None = None
+
+    def on_study_start(self, ctx: StudyContext) -> None:
+        self._ctx = ctx
+        self._tracker = MlflowTracker(self.tracking_uri, self.run_dir.mlflow_artifacts, ctx.study.study_name)
+        self._log_untracked()
+        self._tracker.start_invocation(self.params, self.tags)
+
+    def on_trial_end(self, record: TrialRecord, result: TrialResult | None) -> None:
+        self._log(record)
+
+    def on_study_end(self, status: str) -> None:
+        ctx, tracker = self._parts()
+        try:
+            self._log_untracked()
+            tracker.tag_pareto(self.logged, pareto_numbers(ctx.study))
+            tracker.log_plots(write_plots(ctx.study, ctx.space, self.run_dir))
+        finally:
+            t = ctx.tally
+            tracker.end_invocation(status, {"complete": t.complete, "failed": t.failed, "rejected": t.rejected})
+
+    def _parts(self) -> tuple[StudyContext, MlflowTracker]:
+        assert self._ctx is not None and self._tracker is not None, "on_study_start was not called"
+        return self._ctx, self._tracker
+
+    def _log(self, record: TrialRecord) -> None:
+        ctx, tracker = self._parts()
+        if record.number in self.logged:
+            return
+        files: list[Path] = existing_files(self.run_dir, record.number)
+        self.logged[record.number] = tracker.log_trial(trial_log(record, ctx.space, files))
+
+    def _log_untracked(self) -> None:
+        """Trials told by an earlier driver that died before logging them to MLflow."""
+        ctx, tracker = self._parts()
+        self.logged = {**tracker.logged_trials(), **self.logged}
+        told = ctx.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+        for t in ctx.coordinator.mine_or_orphaned([t for t in told if t.number not in self.logged]):
+            self._log(TrialRecord.from_frozen(t))

@@ -1,0 +1,1 @@
+"""Reproducible experiments; importable as a package (``from experiments.search import harness``)."""
