@@ -175,7 +175,8 @@ class WorkloadSpec(_Strict):
         if self.token_id_low >= self.token_id_high:
             raise ValueError("token_id_low must be < token_id_high")
         if self.trace is not None:
-            given = [f for f in _SYNTHETIC_ONLY if f in self.model_fields_set]
+            # Compared with the defaults, not "was it given", so a dumped spec validates back.
+            given = [f for f in _SYNTHETIC_ONLY if getattr(self, f) != type(self).model_fields[f].default]
             if given:
                 raise ValueError(f"{given[0]} does not apply with a trace: lengths and prefix blocks come from "
                                  "the trace file; remove it")
