@@ -15,35 +15,66 @@ from autotune.workload import LengthDist, WorkloadSpec, generate_trace
 
 
 class Server:
-    """Streams ``max_tokens`` chunks. Knobs: reject (400) some prompts, die or hang after N requests."""
+    """Streams ``max_tokens`` chunks per sequence. Knobs: reject (400) some prompts, die or hang
+    after N requests, delay plain (non-streamed) answers, pad chunks past aiohttp's 64 KiB line limit.
 
-    def __init__(self, die_after: int | None = None, hang_after: int | None = None, reject_len: int | None = None):
+    Like vLLM's /v1/completions it refuses ``prompt_logprobs > 0`` with ``stream: true`` and
+    ``n > 1`` with greedy sampling, streams one chunk per sequence per step (``choices[0].index``
+    names the sequence) and reports usage over all sequences."""
+
+    def __init__(self, die_after: int | None = None, hang_after: int | None = None, reject_len: int | None = None,
+                 plain_delay_s: float = 0.0, pad_bytes: int = 0):
         self.die_after, self.hang_after, self.reject_len = die_after, hang_after, reject_len
+        self.plain_delay_s, self.pad_bytes = plain_delay_s, pad_bytes
         self.in_flight = self.max_in_flight = self.done = 0
         self.dead = False
         self.bodies: list[dict] = []
         self.runner: web.AppRunner | None = None
         self.url = ""
 
+    @staticmethod
+    def refusal(body: dict) -> str | None:
+        """vLLM's own request checks (completion/protocol.py, sampling_params.py)."""
+        if body.get("stream") and (body.get("prompt_logprobs") or 0) > 0:
+            return "`prompt_logprobs` are not available when `stream=True`."
+        if body.get("n", 1) > 1 and body.get("temperature") == 0.0:
+            return f"n must be 1 when using greedy sampling, got {body['n']}."
+        return None
+
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.bodies.append(body)
         if self.reject_len is not None and len(body["prompt"]) == self.reject_len:
             return web.json_response({"error": {"message": "too long"}}, status=400)
+        if (why := self.refusal(body)) is not None:
+            return web.json_response({"error": {"message": why}}, status=400)
+        n, tokens = body.get("n", 1), body["max_tokens"]
+        usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n * tokens}
+        if not body["stream"]:
+            await asyncio.sleep(self.plain_delay_s)
+            plp = body.get("prompt_logprobs")
+            choices = [{"index": i, "text": "x" * tokens,
+                        "prompt_logprobs": None if plp is None else [None] + [{"1": -1.0}] * (len(body["prompt"]) - 1)}
+                       for i in range(n)]
+            self.done += 1
+            return web.json_response({"choices": choices, "usage": usage})
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         resp = web.StreamResponse()
         await resp.prepare(request)
         try:
-            for i in range(body["max_tokens"]):
+            for i in range(tokens):
                 if self.dead:
                     raise ConnectionResetError  # aiohttp drops the connection mid-stream
                 while self.hang_after is not None and self.done >= self.hang_after:
                     await asyncio.sleep(3600)
                 await asyncio.sleep(0.002)
-                await resp.write(f"data: {json.dumps({'choices': [{'text': f'x{i}'}]})}\n\n".encode())
-            usage = {"choices": [], "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": body["max_tokens"]}}
-            await resp.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+                for seq in range(n):
+                    choice = {"index": seq, "text": f"x{i}" + " " * self.pad_bytes}
+                    if body.get("logprobs") is not None:
+                        choice["logprobs"] = {"tokens": [f"x{i}"], "top_logprobs": [{"x": -0.1}] * body["logprobs"]}
+                    await resp.write(f"data: {json.dumps({'choices': [choice]})}\n\n".encode())
+            await resp.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n".encode())
         finally:
             self.in_flight -= 1
         self.done += 1
@@ -174,3 +205,45 @@ def test_p99_lower_bound_holds_whatever_the_rest_does():
             assert lb <= np.percentile(ok + rest, 99) + 1e-12
     assert p99_lower_bound([], total) == 0.0
     assert p99_rank_bound(1) == 1 and p99_rank_bound(1000) == 11
+
+
+OPTIONS = {"prompt_logprobs": {"fraction": 0.3, "value": 2}, "logprobs": {"fraction": 0.3, "value": 1},
+           "n": {"fraction": 0.3, "value": 3}}
+
+
+def test_request_options_are_sent_and_recorded():
+    server = Server()
+    s = spec(num_requests=40, options=OPTIONS)
+    trace, res = asyncio.run(run(server, s))
+    assert res.end == PhaseEnd.COMPLETED and all(o.ok for o in res.outcomes.values())
+    body = {tuple(b["prompt"]): b for b in server.bodies}
+    kinds = set()
+    for t in trace:
+        o, b, opt = res.outcomes[t.index], body[tuple(t.prompt_token_ids(s))], t.options
+        kinds.add((opt.prompt_logprobs is not None, opt.logprobs is not None, opt.n > 1))
+        # Exactly the trace's options, by vLLM's field names, and nothing it did not ask for.
+        assert b.get("prompt_logprobs") == opt.prompt_logprobs and b.get("logprobs") == opt.logprobs
+        assert b.get("n", 1) == opt.n and o.options == opt
+        # vLLM refuses to stream prompt_logprobs > 0: those go plain, without TTFT.
+        assert b["stream"] is o.streamed is (opt.prompt_logprobs is None)
+        assert ("stream_options" in b) is o.streamed
+        assert o.expected_output_tokens == o.output_tokens == opt.n * t.output_len
+        if o.streamed:
+            assert 0 < o.ttft_s <= o.e2e_s and len(o.itl_s) == t.output_len - 1  # sequence 0's gaps
+        else:
+            assert o.ttft_s is None and o.e2e_s > 0 and not o.itl_s
+    assert len(kinds) >= 5  # the mix really mixes
+
+
+def test_a_stream_line_longer_than_aiohttps_line_limit_is_read():
+    server = Server(pad_bytes=200_000)
+    _, res = asyncio.run(run(server, spec(num_requests=3)))
+    assert res.end == PhaseEnd.COMPLETED and all(o.ok for o in res.outcomes.values())
+
+
+def test_a_slow_plain_request_is_not_a_hang():
+    """A request that cannot stream sends nothing until it is done; only streams can show a hang."""
+    server = Server(plain_delay_s=1.0)
+    s = spec(num_requests=4, options={"prompt_logprobs": {"fraction": 1.0, "value": 1}})
+    _, res = asyncio.run(run(server, s, hang_timeout_s=0.3, watch_interval_s=0.05))
+    assert res.end == PhaseEnd.COMPLETED and all(o.ok and not o.streamed for o in res.outcomes.values())
