@@ -61,6 +61,13 @@ def test_shipped_spaces_load(path):
         (_with(params__max_num_seqs={"type": "int", "low": 8, "high": 64, "when": {"enforce_eager": True}}),
          "names 'enforce_eager', which is not a searched param"),
         (_with(engine__flags={"max_num_seqs": 8, "max_model_len": 4096}), "'max_num_seqs' is both fixed"),
+        (_with(engine__flags__block_size=24), "engine.flags: block_size must be one of 1, 8, 16, 32, 64, 128"),
+        (_with(engine__flags__enforce_eager="yes"), "engine.flags: enforce_eager takes a bool, not 'yes'"),
+        (_with(params__kv_cache_dtype={"type": "categorical", "choices": ["auto", "fp4"]}),
+         "params: kv_cache_dtype must be one of auto, fp8"),
+        (_with(references=[{"name": "r", "flags": {"max_num_seqs": 8.5}}]),
+         "references.0.flags: max_num_seqs takes a int, not 8.5"),
+        (_with(engine__allow_unmodelled_flags="sometimes"), "engine.allow_unmodelled_flags: Input should be a valid"),
     ],
 )
 def test_schema_errors_name_the_field(tmp_path, data, expected):
@@ -79,3 +86,13 @@ def test_malformed_yaml_gives_line(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(UserError, match="no such file"):
         load_space(tmp_path / "nope.yaml")
+
+
+def test_allowing_unmodelled_flags_does_not_change_the_study_fingerprint(tmp_path):
+    """The switch permits a run; it changes no trial, so a study may be resumed with it flipped."""
+    from autotune.space import space_fingerprint
+
+    plain = load_space(_write(tmp_path, BASE))
+    allowed = load_space(_write(tmp_path, _with(engine__allow_unmodelled_flags=True)))
+    assert allowed.engine.allow_unmodelled_flags and not plain.engine.allow_unmodelled_flags
+    assert space_fingerprint(allowed) == space_fingerprint(plain)
