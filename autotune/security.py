@@ -10,12 +10,24 @@ import re
 from collections.abc import Mapping, Sequence
 
 MASK = "***"
-_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|CREDENTIAL|AUTH)", re.I)
+# A name is split into parts on "_", "-" and "." and matched part by part, never by substring:
+# `max_num_batched_tokens` and TOKENIZERS_PARALLELISM are settings, HF_TOKEN is a secret.
+_NAME_PARTS = re.compile(r"[_\-.]+")
+# Words that make any name a secret wherever they stand (AWS_SECRET_ACCESS_KEY, DB_PASSWORD_FILE),
+# also at the end of a part (PGPASSWORD, libpq's own variable): no setting ends in them.
+_SECRET_ANYWHERE = ("SECRET", "SECRETS", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS")
+# Words that make a name a secret when they say what it is, i.e. stand last (HF_TOKEN, HF_AUTH,
+# MY_API_KEY, --api-key); elsewhere they qualify a setting (long_prefill_token_threshold, SSH_AUTH_SOCK).
+_SECRET_LAST = frozenset({"TOKEN", "KEY", "APIKEY", "AUTH"})
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]+)@")
 
 
 def is_secret_name(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name))
+    """Whether an env var, flag or config key names a credential (``--hf-token``, ``HF_AUTH``)."""
+    parts = [p.upper() for p in _NAME_PARTS.split(name) if p]
+    if not parts:
+        return False
+    return parts[-1] in _SECRET_LAST or any(p.endswith(_SECRET_ANYWHERE) for p in parts)
 
 
 _ENV_REF = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}|\$[A-Za-z_][A-Za-z0-9_]*")
@@ -37,7 +49,28 @@ def mask_url(url: str) -> str:
 
 
 def mask_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` safe to log: secret names' values masked, passwords in URL values masked."""
     return {k: (MASK if is_secret_name(k) else mask_url(v)) for k, v in env.items()}
+
+
+def mask_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` safe to log: the value of a secret option (``--api-key X``, ``--hf-token=X``)
+    masked, and a password inside any argument that holds a URL."""
+    out: list[str] = []
+    mask_next = False
+    for arg in argv:
+        if mask_next:
+            out.append(MASK)
+            mask_next = False
+            continue
+        name, eq, _ = arg.partition("=")
+        secret = arg.startswith("-") and is_secret_name(name.lstrip("-"))
+        if secret and eq:
+            out.append(f"{name}={MASK}")
+        else:
+            out.append(mask_url(arg))
+            mask_next = secret
+    return out
 
 
 def secret_values(env: Mapping[str, str], urls: Sequence[str | None] = ()) -> list[str]:

@@ -12,7 +12,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from autotune.engine.flags import flags_to_cli_args
-from autotune.security import mask_env, mask_url, scrub, secret_values
+from autotune.security import is_secret_name, mask_argv, mask_env, mask_url, scrub, secret_values
 from tests.conftest import AUTOTUNE, REPO, run_cli
 from tests.reliability.conftest import child_env, noop_space, write_space
 
@@ -132,6 +132,42 @@ def test_maskers():
     assert mask_env({"HF_TOKEN": "hf_abc", "NOOP_DELAY_S": "0"}) == {"HF_TOKEN": "***", "NOOP_DELAY_S": "0"}
     secrets = secret_values({"HF_TOKEN": "hf_abcdef"}, ["postgresql://u:pw12345@h/db"])
     assert scrub("token hf_abcdef and pw12345", secrets) == "token *** and ***"
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "HF_AUTH", "MY_API_KEY", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD",
+                                  "--hf-token", "--api-key", "hf_token", "PGPASSWORD", "WANDB_API_KEY", "my.secret"])
+def test_secret_names_match_whole_name_parts(name):
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize("name", ["--max-num-batched-tokens", "max_num_batched_tokens", "TOKENIZERS_PARALLELISM",
+                                  "long_prefill_token_threshold", "SSH_AUTH_SOCK", "CUDA_VISIBLE_DEVICES", "PWD"])
+def test_settings_that_mention_tokens_are_not_secrets(name):
+    assert not is_secret_name(name)
+
+
+def test_mask_argv_masks_secret_values_and_url_passwords_only():
+    argv = ["vllm", "serve", "m", "--api-key", "k-SEKRIT", "--hf-token=hf-SEKRIT", "--max-num-batched-tokens", "8192",
+            "--long-prefill-token-threshold=512", "--kv-transfer-config", '{"url": "postgresql://u:pg-SEKRIT@h/db"}']
+    shown = mask_argv(argv)
+    assert "SEKRIT" not in repr(shown)
+    assert shown[3:6] == ["--api-key", "***", "--hf-token=***"]
+    assert shown[6:9] == ["--max-num-batched-tokens", "8192", "--long-prefill-token-threshold=512"]
+    assert "postgresql://u:***@h/db" in shown[-1]
+
+
+def test_the_vllm_server_log_header_uses_the_one_rule():
+    """backends/vllm/server.py writes its log header with autotune.security's maskers, not its own."""
+    from autotune import security
+    from autotune.backends.vllm import server
+
+    header = server.launch_header(["python", "--api-key", "k-SEKRIT", "--max-num-batched-tokens", "8192"],
+                                  {"HF_AUTH": "a-SEKRIT", "DB_URL": "postgresql://u:pg-SEKRIT@h/db",
+                                   "TOKENIZERS_PARALLELISM": "false"}, "test")
+    assert "SEKRIT" not in header
+    assert '"--max-num-batched-tokens", "8192"' in header and '"TOKENIZERS_PARALLELISM": "false"' in header
+    assert server.mask_argv is security.mask_argv and server.mask_env is security.mask_env
+    assert not hasattr(server, "_SECRET_WORDS")
 
 
 HF = "hf_PLANTEDsecretTOKEN0123456789"
