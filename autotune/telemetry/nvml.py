@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune.telemetry.series import thin
+
 GIB = 1024**3
 
 
@@ -46,10 +48,7 @@ class NvmlReport:
     timeline: list[tuple[float, list[float], list[float]]] = field(default_factory=list)
 
     def timeline_downsampled(self, points: int = 200) -> list[tuple[float, list[float], list[float]]]:
-        if len(self.timeline) <= points:
-            return list(self.timeline)
-        step = len(self.timeline) / points
-        return [self.timeline[int(i * step)] for i in range(points)] + [self.timeline[-1]]
+        return thin(self.timeline, points)
 
 
 class NvmlSampler:

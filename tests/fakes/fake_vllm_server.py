@@ -10,7 +10,13 @@ argument error. Behaviour comes from the FAKE_VLLM environment variable (JSON):
   fail_after:   completed requests (in this start) before a runtime failure (default 5)
   fail_starts:  only the first K starts fail (default: all); counted in state_dir/starts
   state_dir:    where starts and received requests (requests.jsonl) are recorded
+  log_filler_kib: KiB of INFO lines printed at startup by failing starts (to test the log cap)
   startup_delay_s, token_delay_s, kv_tokens, preempt_every
+
+Prefix-cache counters follow vLLM's accounting (vllm/v1/core/kv_cache_manager.py,
+PrefixCacheStats): at admission a request queries its prompt tokens and hits the longest
+chain of full, already cached blocks (at most prompt - 1 tokens); blocks are cached once
+allocated. The cache here never evicts: the fake has no memory to run out of.
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ from pathlib import Path
 from aiohttp import web
 
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
+DEFAULT_BLOCK_SIZE = 16  # vLLM's on GPUs
+# A subset of vLLM's CacheDType (vllm/config/cache.py); argparse rejects anything else.
+KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc")
 
 
 def log(who: str, level: str, where: str, msg: str) -> None:
@@ -42,6 +51,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--block-size", type=int, choices=BLOCK_SIZES)
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--served-model-name")
+    p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES)
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     args, _ = p.parse_known_args(argv)
     return args
 
@@ -62,6 +73,8 @@ class Fake:
                          "vllm:prefix_cache_hits_total": 0.0, "vllm:prompt_tokens_total": 0.0,
                          "vllm:generation_tokens_total": 0.0}
         self.e2e: list[float] = []
+        self.block_size = args.block_size or DEFAULT_BLOCK_SIZE
+        self.cached_blocks: set[int] = set()
 
     def _count_start(self) -> int:
         if not self.state:
@@ -99,6 +112,25 @@ class Fake:
         elif self.scenario == "hang":
             self.hung = True
 
+    def admit(self, prompt: list[int]) -> None:
+        """vLLM's prefix-cache accounting for one new request (see the module docstring)."""
+        if not self.args.enable_prefix_caching:
+            return  # vLLM records no lookup when prefix caching is off
+        b = self.block_size
+        chain: list[int] = []
+        parent = 0
+        for i in range(len(prompt) // b):
+            parent = hash((parent, tuple(prompt[i * b:(i + 1) * b])))
+            chain.append(parent)
+        hit = 0
+        for h in chain[:(len(prompt) - 1) // b]:
+            if h not in self.cached_blocks:
+                break
+            hit += 1
+        self.cached_blocks.update(chain)
+        self.counters["vllm:prefix_cache_queries_total"] += len(prompt)
+        self.counters["vllm:prefix_cache_hits_total"] += hit * b
+
     # -- HTTP ---------------------------------------------------------------------------
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
@@ -127,6 +159,7 @@ class Fake:
         prompt = body["prompt"]
         n = int(body["max_tokens"])
         t0 = time.monotonic()
+        self.admit(prompt)
         self.in_flight += 1
         try:
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -149,8 +182,6 @@ class Fake:
         self.e2e.append(time.monotonic() - t0)
         self.counters["vllm:prompt_tokens_total"] += len(prompt)
         self.counters["vllm:generation_tokens_total"] += n
-        self.counters["vllm:prefix_cache_queries_total"] += len(prompt)
-        self.counters["vllm:prefix_cache_hits_total"] += len(prompt) // 4
         every = int(self.cfg.get("preempt_every", 0))
         if every and self.completed % every == 0:
             self.counters["vllm:num_preemptions_total"] += 1
@@ -163,6 +194,8 @@ def main(argv: list[str]) -> None:
     args = parse_args(argv)  # exits 2 with argparse's "error: argument --block-size: invalid choice" line
     fake = Fake(cfg, args)
     log("APIServer", "INFO", "api_utils.py:286", f"non-default args: {{'model': {args.model!r}, 'port': {args.port}}}")
+    for i in range(int(cfg.get("log_filler_kib", 0)) if fake.failing else 0):
+        log("APIServer", "INFO", "filler.py:1", f"filler line {i} " + "." * 960)
     time.sleep(float(cfg.get("startup_delay_s", 0.1)))
     if fake.failing:
         if fake.scenario == "startup_oom_kv":

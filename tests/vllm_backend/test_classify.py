@@ -84,3 +84,14 @@ def test_log_facts():
     assert kv_cache_tokens_from_log(lines) == 2_097_152
     assert kv_cache_tokens_from_log(["GPU KV cache size: 90,841 tokens"]) == 90841
     assert non_default_args_from_log(lines)["max_model_len"] == 512
+
+
+def test_a_server_that_cannot_be_executed_is_a_startup_crash():
+    c = classify_startup([], None, False, spawn_error="FileNotFoundError: [Errno 2] No such file or directory: '/x'")
+    assert c.failure_class == FailureClass.CRASH and c.reason.startswith("cannot start the server: FileNotFoundError")
+
+
+def test_a_python_without_vllm_is_a_startup_crash_naming_engine_python():
+    lines = ["Traceback (most recent call last):", "ModuleNotFoundError: No module named 'vllm'"]
+    c = classify_startup(lines, 1, False)
+    assert c.failure_class == FailureClass.CRASH and "engine.python" in c.reason and c.evidence == [lines[1]]

@@ -8,11 +8,15 @@ group, /health, streaming, log classification). Real-vLLM behaviour is in tests/
 
 from __future__ import annotations
 
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
 from autotune.backends.vllm import VllmBackend
 from autotune.early_stop import EarlyStopRule
-from autotune.results import FailureClass, RequestStatus, TrialStatus
+from autotune.results import SERVER_LOG_CAP_CHARS, FailureClass, RequestStatus, TrialStatus
 from autotune.workload import generate_trace
 from tests.fakes.helpers import fake_request, fake_requests, fake_starts, group_gone, small_workload
 
@@ -182,3 +186,72 @@ def test_secrets_in_env_are_masked_in_the_log(tmp_path, backend):
     req = fake_request(tmp_path, env={"HF_TOKEN": "hf_sekrit_value", "MY_API_KEY": "k-sekrit"})
     log = backend.run_trial(req).artifacts.server_log
     assert "sekrit" not in log and '"HF_TOKEN": "***"' in log
+
+
+def test_artifacts_carry_every_starts_log_and_no_file_stays_behind(tmp_path):
+    # Fake because: a runtime OOM on the first start only, so the trial has two server starts.
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    b = VllmBackend(hang_timeout_s=2.0, stop_grace_s=5.0, watch_interval_s=0.2, metrics_interval_s=0.2,
+                    scratch_root=str(scratch))
+    try:
+        res = b.run_trial(fake_request(tmp_path, scenario="runtime_oom", fail_after=6, fail_starts=1,
+                                       token_delay_s=0.01))
+    finally:
+        b.close()
+    assert res.crashes == 1 and res.extra["restarts"] == 1
+    log = res.artifacts.server_log
+    # The real text of both starts, each after its own header, in order.
+    first, second = log.index("server start 0\n"), log.index("server start 1 (restart)\n")
+    assert first < log.index("torch.OutOfMemoryError: CUDA out of memory") < second
+    assert log.count("Starting vLLM server on") == 2 and log.count("GPU KV cache size") == 2
+    assert list(scratch.iterdir()) == []  # the scratch directory is gone, nothing else was written
+    # /metrics snapshots from both starts, in time order, with the counters the summary uses.
+    snaps = res.artifacts.metrics_snapshots
+    assert {s["start"] for s in snaps} == {0, 1}
+    assert [s["t_s"] for s in snaps] == sorted(s["t_s"] for s in snaps)
+    assert all({"t_s", "prompt_tokens", "prefix_cache_queries", "num_requests_running"} <= set(s) for s in snaps)
+    assert max(s["prompt_tokens"] for s in snaps if s["start"] == 1) > 0
+    assert res.artifacts.gpu_timeline == []  # no NVML here: no timeline, never invented points
+
+
+def test_the_log_cap_keeps_the_head_and_the_tail(tmp_path, backend):
+    # Fake because: a server that writes more than the cap (2 MB) before it dies at runtime.
+    req = fake_request(tmp_path, scenario="crash", fail_after=3, fail_starts=1, log_filler_kib=2500,
+                       token_delay_s=0.01)
+    log = backend.run_trial(req).artifacts.server_log
+    assert len(log) <= SERVER_LOG_CAP_CHARS + 100
+    assert "characters elided" in log
+    assert log.startswith("# autotune: trial 0 server start 0\n")  # the head: the launch
+    assert "NCCL error: unhandled system error" in log  # the death, after the filler
+    assert "server start 1 (restart)" in log[-5000:]  # the tail: the restart's whole output
+
+
+def test_planted_secrets_masked_in_the_log_header_and_settings_kept(tmp_path, backend):
+    req = fake_request(tmp_path, env={"HF_AUTH": "hfauthSEKRIT", "DATABASE_URL": "postgresql://u:pgSEKRIT@h/db"},
+                       flags={"max_num_seqs": 8, "max_num_batched_tokens": 8192})
+    log = backend.run_trial(req).artifacts.server_log
+    assert "SEKRIT" not in log
+    assert '"HF_AUTH": "***"' in log and '"DATABASE_URL": "postgresql://u:***@h/db"' in log
+    assert '"--max-num-batched-tokens", "8192"' in log  # a setting whose name holds "tokens": not a secret
+
+
+def test_a_python_that_does_not_exist_is_a_startup_crash(tmp_path, backend):
+    scratch_before = set(Path(tempfile.gettempdir()).glob("autotune-trial-0-*"))
+    req = fake_request(tmp_path)
+    req.server = replace(req.server, python=str(tmp_path / "no-such-venv" / "bin" / "python"))
+    res = backend.run_trial(req)
+    assert res.status == TrialStatus.STARTUP_FAILED and res.failure_class == FailureClass.CRASH
+    assert "cannot start the server: FileNotFoundError" in res.failure_reason
+    assert "cannot start the server" in res.artifacts.server_log
+    assert res.metrics()["error_per_1k"] == 1000 and len(res.records) == req.workload.num_requests
+    assert set(Path(tempfile.gettempdir()).glob("autotune-trial-0-*")) == scratch_before
+
+
+def test_a_python_without_vllm_is_a_startup_crash_that_says_so(tmp_path, backend):
+    # The interpreter exists but cannot import vLLM (what a venv path resolved through its symlink does).
+    req = fake_request(tmp_path)
+    req.server = replace(req.server, env={k: v for k, v in req.server.env.items() if k != "PYTHONPATH"})
+    res = backend.run_trial(req)
+    assert res.status == TrialStatus.STARTUP_FAILED and res.failure_class == FailureClass.CRASH
+    assert "cannot import vLLM" in res.failure_reason and "No module named 'vllm" in res.failure_evidence[0]

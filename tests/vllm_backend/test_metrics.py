@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from autotune.backends.vllm.metrics import Histogram, MetricsDelta, parse_metrics
+from autotune.backends.vllm.metrics import Histogram, MetricsDelta, parse_metrics, snapshot_row
 
 L = 'engine="0",model_name="m"'
 
@@ -60,3 +60,16 @@ def test_old_kv_gauge_name_and_info_labels():
     d.observe_gauges(snap)
     d.add_interval(None, snap)
     assert d.kv_usage_max == 0.7 and d.info["vllm:cache_config_info"]["num_gpu_blocks"] == "100"
+
+
+def test_snapshot_row_has_the_summary_keys_and_leaves_out_what_vllm_did_not_export():
+    row = snapshot_row(parse_metrics(_text(2, 10, 100, [1, 1, 1, 1], 1, 0.1, kv=0.25)))
+    assert row == {"preemptions": 2, "prefix_cache_hits": 10, "prefix_cache_queries": 100, "kv_cache_usage": 0.25}
+    assert snapshot_row(parse_metrics('vllm:gpu_cache_usage_perc{model_name="m"} 0.7\n')) == {"kv_cache_usage": 0.7}
+
+
+def test_hit_rate_is_zero_when_nothing_was_queried_as_vllm_reports_it():
+    # vLLM's CachingMetrics.hit_rate: 0.0 with no queries (prefix caching off), not a missing value.
+    d = MetricsDelta()
+    d.add_interval(None, parse_metrics(_text(0, 0, 0, [0, 0, 0, 0], 0, 0.0)))
+    assert d.summary()["prefix_cache_hit_rate"] == 0.0

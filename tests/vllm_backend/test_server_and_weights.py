@@ -8,7 +8,8 @@ import types
 
 from autotune.backends.base import ServerSpec
 from autotune.backends.vllm import weights as weights_mod
-from autotune.backends.vllm.server import build_command, mask_argv, mask_env
+from autotune.backends.vllm.server import build_command
+from autotune.security import mask_argv, mask_env
 
 
 def test_command_is_an_argument_list_with_verbatim_values():

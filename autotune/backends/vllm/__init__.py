@@ -2,7 +2,7 @@
 
 from autotune.backends.vllm.backend import VllmBackend
 from autotune.backends.vllm.classify import Classification, classify_death, classify_startup
-from autotune.backends.vllm.server import ServerProcess, build_command, mask_env
+from autotune.backends.vllm.server import ServerProcess, build_command
 from autotune.backends.vllm.weights import prefetch_weights
 
 __all__ = [
@@ -12,6 +12,5 @@ __all__ = [
     "build_command",
     "classify_death",
     "classify_startup",
-    "mask_env",
     "prefetch_weights",
 ]

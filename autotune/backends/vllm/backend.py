@@ -8,6 +8,11 @@ the last death; ``crashes`` counts engine deaths.
 
 No Optuna, Ray or MLflow here: plain data in, a TrialResult out. A failed trial is a
 result; only a worker-level problem (GPU memory not coming back) raises.
+
+The worker may run on another node than the driver, so everything the trial produced (the
+server log of every start, the GPU memory timeline, the /metrics snapshots) comes back in
+``TrialResult.artifacts``. The only file written is the server log, in a scratch directory
+on this node that is removed before :meth:`VllmBackend.run_trial` returns.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from autotune.backends.vllm.classify import (
     non_default_args_from_log,
     read_log_lines,
 )
-from autotune.backends.vllm.metrics import MetricsDelta, Snapshot, parse_metrics
+from autotune.backends.vllm.metrics import MetricsDelta, Snapshot, parse_metrics, snapshot_row
 from autotune.backends.vllm.server import (
     ServerProcess,
     build_command,
@@ -56,11 +61,13 @@ from autotune.results import (
     cap_log,
     startup_failure,
 )
-from autotune.telemetry import NvmlReport, NvmlSampler
-from autotune.workload import TraceRequest, generate_trace
+from autotune.telemetry import NvmlReport, NvmlSampler, thin
+from autotune.workload import generate_trace
 
 T = TypeVar("T")
 EventHook = Callable[[str, dict[str, Any]], None]
+# Points kept of the GPU timeline and of the /metrics snapshots: enough for the run's shape.
+SERIES_POINTS = 500
 
 
 async def scrape_metrics(session: aiohttp.ClientSession, base_url: str, timeout_s: float = 10.0) -> Snapshot | None:
@@ -73,36 +80,43 @@ async def scrape_metrics(session: aiohttp.ClientSession, base_url: str, timeout_
         return None
 
 
+class _Scrapes:
+    """Every /metrics scrape of one trial, kept as a snapshot row (``t_s`` since the trial
+    started, the server ``start``, then :func:`snapshot_row`'s counters and gauges)."""
+
+    def __init__(self, session: aiohttp.ClientSession, t0: float):
+        self.session = session
+        self.t0 = t0
+        self.rows: list[dict[str, Any]] = []
+
+    async def scrape(self, server: ServerProcess, start_no: int, timeout_s: float = 10.0) -> Snapshot | None:
+        snap = await scrape_metrics(self.session, server.base_url, timeout_s)
+        if snap is not None:
+            self.rows.append({"t_s": round(time.monotonic() - self.t0, 3), "start": start_no, **snapshot_row(snap)})
+        return snap
+
+
 class _ServerWatch:
     """The load generator's view of engine health; also samples /metrics gauges while it runs."""
 
-    def __init__(self, server: ServerProcess, session: aiohttp.ClientSession, delta: MetricsDelta,
+    def __init__(self, server: ServerProcess, start_no: int, scrapes: _Scrapes, delta: MetricsDelta,
                  metrics_interval_s: float):
         self.server = server
-        self.session = session
+        self.start_no = start_no
+        self.scrapes = scrapes
         self.delta = delta
         self.metrics_interval_s = metrics_interval_s
         self.last: Snapshot | None = None
         self._last_scrape = 0.0
-
-    async def _health(self) -> int | None:
-        try:
-            async with self.session.get(self.server.base_url + "/health",
-                                        timeout=aiohttp.ClientTimeout(total=5.0)) as r:
-                return r.status
-        except TimeoutError:
-            return -1  # busy, not dead: a stuck engine is the hang watchdog's call
-        except (aiohttp.ClientError, OSError):
-            return None
 
     async def dead(self) -> str | None:
         for attempt in range(2):
             rc = self.server.exit_code()
             if rc is not None:
                 return f"server process exited with status {rc}"
-            status = await self._health()
-            if status in (200, -1):
-                if status == 200:
+            probe = await self.server.health(self.scrapes.session)
+            if probe.alive:
+                if probe.ok:
                     await self._maybe_scrape()
                 return None
             if attempt == 0:
@@ -110,14 +124,14 @@ class _ServerWatch:
         rc = self.server.exit_code()
         if rc is not None:
             return f"server process exited with status {rc}"
-        return f"/health failing ({'no answer' if status is None else f'HTTP {status}'})"
+        return f"/health failing ({probe.describe()})"
 
-    async def _maybe_scrape(self, force: bool = False) -> None:
+    async def _maybe_scrape(self) -> None:
         now = time.monotonic()
-        if not force and now - self._last_scrape < self.metrics_interval_s:
+        if now - self._last_scrape < self.metrics_interval_s:
             return
         self._last_scrape = now
-        snap = await scrape_metrics(self.session, self.server.base_url, timeout_s=5.0)
+        snap = await self.scrapes.scrape(self.server, self.start_no, timeout_s=5.0)
         if snap is not None:
             self.last = snap
             self.delta.observe_gauges(snap)
@@ -175,12 +189,24 @@ def _vocab_size(model: str, config: dict[str, Any]) -> int | None:
     return min(sizes) if sizes else None
 
 
+def _read_log(path: Path) -> str:
+    """The server log of every start of the trial, capped with its tail kept (results.cap_log)."""
+    try:
+        return cap_log(path.read_text(errors="replace"))
+    except OSError:  # the server never got as far as a log (nothing was started)
+        return ""
+
+
 def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else math.nan
 
 
 class VllmBackend:
-    """Real vLLM trials. One instance per worker: it remembers the GPUs' baseline memory."""
+    """Real vLLM trials. One instance per worker: it remembers the GPUs' baseline memory.
+
+    ``scratch_root`` is where each trial's scratch directory goes (default: the system's
+    temporary directory): a path on the worker's own node, never one of the driver's.
+    """
 
     name = "vllm"
 
@@ -194,6 +220,7 @@ class VllmBackend:
         gpu_release_tolerance_gib: float = 0.5,
         nvml: Any = None,
         events: EventHook | None = None,
+        scratch_root: str | None = None,
     ):
         self.hang_timeout_s = hang_timeout_s
         self.stop_grace_s = stop_grace_s
@@ -201,6 +228,7 @@ class VllmBackend:
         self.metrics_interval_s = metrics_interval_s
         self.gpu_release_timeout_s = gpu_release_timeout_s
         self.gpu_release_tolerance_gib = gpu_release_tolerance_gib
+        self.scratch_root = scratch_root
         self._nvml_module = nvml
         self._sampler: NvmlSampler | None = None
         self.events = events
@@ -226,6 +254,14 @@ class VllmBackend:
         waited = self._sampler.wait_for_baseline(self.gpu_release_tolerance_gib, self.gpu_release_timeout_s)
         return {"baseline_used_gib": self._sampler.baseline_used_gib, "waited_s": round(waited, 3)}
 
+    @staticmethod
+    def _prefetch(req: TrialRequest) -> dict[str, Any]:
+        try:
+            w = prefetch_weights(req.server.model, req.server.download_dir, req.flags.get("load_format"))
+        except Exception as e:  # no network, gated model: vLLM will say the same at startup
+            return {"error": f"{type(e).__name__}: {e}"[:300]}
+        return {"path": w.path, "downloaded": w.downloaded, "seconds": round(w.seconds, 3), "note": w.note}
+
     def _new_server(self, req: TrialRequest, env: dict[str, str], log: Path, start_no: int) -> ServerProcess:
         port = free_port(req.server.host)
         argv = build_command(req.server, req.flags, port)
@@ -244,36 +280,37 @@ class VllmBackend:
             self._servers.remove(srv)
         return rc
 
+    def _failed_start(self, req: TrialRequest, srv: ServerProcess,
+                      why: str) -> tuple[Classification, int | None, list[str]]:
+        """Stop a server that never became healthy; why (from this start's log), its exit
+        status (None: it was still starting, a hang) and its log lines."""
+        rc = srv.exit_code()  # read before stopping it: afterwards it is the stop's status
+        self._stop(srv)
+        lines = read_log_lines(srv.log_path, srv.log_offset)
+        return classify_startup(lines, rc, why == "timeout", req.server.startup_timeout_s, srv.spawn_error), rc, lines
+
     # -- the trial -----------------------------------------------------------------------
 
     def run_trial(self, req: TrialRequest) -> TrialResult:
         env = {**os.environ, **req.server.env}
         gpu_wait = self._gpu_ready(env)  # may raise GpuMemoryNotReleased: a worker-level failure
-        # Scratch space on this worker's node for the server log; the text travels back in the
-        # result, so nothing here depends on the driver's filesystem.
-        trial_dir = Path(tempfile.mkdtemp(prefix=f"autotune-trial-{req.trial_number}-"))
-        extra: dict[str, Any] = {"gpu_memory_wait": gpu_wait}
-        load_format = req.flags.get("load_format")
-        try:
-            w = prefetch_weights(req.server.model, req.server.download_dir, load_format)
-            extra["weights"] = {"path": w.path, "downloaded": w.downloaded, "seconds": round(w.seconds, 3),
-                                "note": w.note}
-        except Exception as e:  # no network, gated model: vLLM will say the same at startup
-            extra["weights"] = {"error": f"{type(e).__name__}: {e}"[:300]}
         assert self._sampler is not None
-        self._trial_starts = []
-        self._sampler.start()
+        # This node's scratch space for the server log; the text travels back in the result.
+        scratch = Path(tempfile.mkdtemp(prefix=f"autotune-trial-{req.trial_number}-", dir=self.scratch_root))
         try:
-            result = _run_coro(self._trial(req, env, trial_dir, extra))
+            extra: dict[str, Any] = {"gpu_memory_wait": gpu_wait, "weights": self._prefetch(req)}
+            self._trial_starts = []
+            self._sampler.start()
+            try:
+                result = _run_coro(self._trial(req, env, scratch / "server.log", extra))
+            finally:
+                for srv in list(self._servers):
+                    self._stop(srv)
+                report = self._sampler.stop()
+            self._attach_nvml(result, report)
+            result.artifacts.server_log = _read_log(scratch / "server.log")
         finally:
-            for srv in list(self._servers):
-                self._stop(srv)
-            report = self._sampler.stop()
-        self._attach_nvml(result, report)
-        log = trial_dir / "server.log"
-        if log.exists():
-            result.artifacts.server_log = cap_log(log.read_text(errors="replace"))
-        shutil.rmtree(trial_dir, ignore_errors=True)
+            shutil.rmtree(scratch, ignore_errors=True)
         return result
 
     def _attach_nvml(self, result: TrialResult, report: NvmlReport) -> None:
@@ -288,12 +325,18 @@ class VllmBackend:
             "mean_util_pct": report.mean_util_pct, "samples": len(report.timeline),
         }
         result.artifacts.gpu_timeline = [{"t_s": t, "used_gib": used, "util_pct": util}
-                                         for t, used, util in report.timeline_downsampled(500)]
+                                         for t, used, util in report.timeline_downsampled(SERIES_POINTS)]
 
-    async def _trial(self, req: TrialRequest, env: dict[str, str], trial_dir: Path,
-                     extra: dict[str, Any]) -> TrialResult:
+    async def _trial(self, req: TrialRequest, env: dict[str, str], log: Path, extra: dict[str, Any]) -> TrialResult:
+        async with aiohttp.ClientSession() as session:
+            scrapes = _Scrapes(session, time.monotonic())
+            result = await self._serve(req, env, log, extra, scrapes)
+        result.artifacts.metrics_snapshots = thin(scrapes.rows, SERIES_POINTS)
+        return result
+
+    async def _serve(self, req: TrialRequest, env: dict[str, str], log: Path, extra: dict[str, Any],
+                     scrapes: _Scrapes) -> TrialResult:
         spec = req.workload
-        log = trial_dir / "server.log"
         total = spec.num_requests
         config = _local_model_config(req.server.model)
         max_len = req.flags.get("max_model_len") or config.get("max_position_embeddings")
@@ -335,71 +378,68 @@ class VllmBackend:
         leftover_status: RequestStatus | None = None
         leftover_reason = ""
 
-        async with aiohttp.ClientSession() as session:
-            before = await scrape_metrics(session, srv.base_url)
-            while remaining:
-                watch = _ServerWatch(srv, session, delta, self.metrics_interval_s)
-                gen.base_url = srv.base_url
-                phase = await gen.run_phase(remaining, watch, clock)
-                clock, duration = phase.clock_end_s, duration + phase.duration_s
-                after = await scrape_metrics(session, srv.base_url) if srv.exit_code() is None else None
-                if after is not None:
-                    delta.observe_gauges(after)
-                last = after or watch.last  # a dead server's counters: the last scrape while it lived
-                if last is not None:
-                    delta.add_interval(before, last)
-                casualties = set(phase.casualties)
-                for idx, o in phase.outcomes.items():
-                    if idx in casualties:
-                        continue
-                    records[idx] = self._record(o, trace[idx])
-                    if o.ok:
-                        itl.extend(o.itl_s)
-                        mismatched += o.output_tokens != o.expected_output_tokens
-                remaining = phase.unsent
-                if phase.end == PhaseEnd.COMPLETED:
-                    break
-                if phase.end == PhaseEnd.EARLY_STOP:
-                    early_stopped = True
-                    leftover_status, leftover_reason = RequestStatus.NOT_RUN, "not sent: trial stopped early"
-                    break
-                # The engine died or hung: stop what is left of it, then decide why from its log.
-                self._stop(srv)
-                cls = classify_death(read_log_lines(log, srv.log_offset), phase.reason, phase.end == PhaseEnd.HANG)
-                deaths.append(cls)
-                self._emit("engine_died", start=start_no, failure_class=str(cls.failure_class), reason=cls.reason)
-                status = RequestStatus.OOM if cls.failure_class == FailureClass.RUNTIME_OOM else RequestStatus.ERROR
-                for idx in sorted(casualties):
-                    o = phase.outcomes[idx]
-                    records[idx] = RequestRecord(idx, o.send_s, o.ttft_s, None, o.prompt_tokens, 0, status,
-                                                 f"in flight when the engine died ({cls.failure_class}): {o.error}"[:300])
-                    tally.add(status, None)
-                if not remaining:
-                    break
-                if tally.should_stop():
-                    early_stopped = True
-                    leftover_status, leftover_reason = RequestStatus.NOT_RUN, "not sent: trial stopped early"
-                    break
-                if start_no >= spec.max_restarts:
-                    leftover_status = status
-                    leftover_reason = (f"not sent: the engine died {len(deaths)} times "
-                                       f"(max_restarts={spec.max_restarts}); last: {cls.failure_class}")
-                    break
-                # Restart with the unsent requests held; this startup counts in gpu_time_s.
-                start_no += 1
-                srv = self._new_server(req, env, log, start_no)
-                ok, why = await srv.wait_ready(req.server.startup_timeout_s)
-                if not ok:
-                    self._stop(srv)
-                    rcls = classify_startup(read_log_lines(log, srv.log_offset), srv.exit_code(), why == "timeout",
-                                            req.server.startup_timeout_s)
-                    extra["restart_failure"] = {"failure_class": str(rcls.failure_class), "reason": rcls.reason,
-                                                "evidence": rcls.evidence}
-                    leftover_status = status
-                    leftover_reason = f"not sent: restart {start_no} failed ({rcls.failure_class})"
-                    break
-                self._emit("server_ready", pid=srv.pid, start=start_no, startup_s=srv.ready_at - srv.started_at)
-                before = await scrape_metrics(session, srv.base_url)
+        before = await scrapes.scrape(srv, start_no)
+        while remaining:
+            watch = _ServerWatch(srv, start_no, scrapes, delta, self.metrics_interval_s)
+            gen.base_url = srv.base_url
+            phase = await gen.run_phase(remaining, watch, clock)
+            clock, duration = phase.clock_end_s, duration + phase.duration_s
+            after = await scrapes.scrape(srv, start_no) if srv.exit_code() is None else None
+            if after is not None:
+                delta.observe_gauges(after)
+            last = after or watch.last  # a dead server's counters: the last scrape while it lived
+            if last is not None:
+                delta.add_interval(before, last)
+            casualties = set(phase.casualties)
+            for idx, o in phase.outcomes.items():
+                if idx in casualties:
+                    continue
+                records[idx] = self._record(o)
+                if o.ok:
+                    itl.extend(o.itl_s)
+                    mismatched += o.output_tokens != o.expected_output_tokens
+            remaining = phase.unsent
+            if phase.end == PhaseEnd.COMPLETED:
+                break
+            if phase.end == PhaseEnd.EARLY_STOP:
+                early_stopped = True
+                leftover_status, leftover_reason = RequestStatus.NOT_RUN, "not sent: trial stopped early"
+                break
+            # The engine died or hung: stop what is left of it, then decide why from its log.
+            self._stop(srv)
+            cls = classify_death(read_log_lines(log, srv.log_offset), phase.reason, phase.end == PhaseEnd.HANG)
+            deaths.append(cls)
+            self._emit("engine_died", start=start_no, failure_class=str(cls.failure_class), reason=cls.reason)
+            status = RequestStatus.OOM if cls.failure_class == FailureClass.RUNTIME_OOM else RequestStatus.ERROR
+            for idx in sorted(casualties):
+                o = phase.outcomes[idx]
+                records[idx] = RequestRecord(idx, o.send_s, o.ttft_s, None, o.prompt_tokens, 0, status,
+                                             f"in flight when the engine died ({cls.failure_class}): {o.error}"[:300])
+                tally.add(status, None)
+            if not remaining:
+                break
+            if tally.should_stop():
+                early_stopped = True
+                leftover_status, leftover_reason = RequestStatus.NOT_RUN, "not sent: trial stopped early"
+                break
+            if start_no >= spec.max_restarts:
+                leftover_status = status
+                leftover_reason = (f"not sent: the engine died {len(deaths)} times "
+                                   f"(max_restarts={spec.max_restarts}); last: {cls.failure_class}")
+                break
+            # Restart with the unsent requests held; this startup counts in gpu_time_s.
+            start_no += 1
+            srv = self._new_server(req, env, log, start_no)
+            ok, why = await srv.wait_ready(req.server.startup_timeout_s)
+            if not ok:
+                rcls, _, _ = self._failed_start(req, srv, why)
+                extra["restart_failure"] = {"failure_class": str(rcls.failure_class), "reason": rcls.reason,
+                                            "evidence": rcls.evidence}
+                leftover_status = status
+                leftover_reason = f"not sent: restart {start_no} failed ({rcls.failure_class})"
+                break
+            self._emit("server_ready", pid=srv.pid, start=start_no, startup_s=srv.ready_at - srv.started_at)
+            before = await scrapes.scrape(srv, start_no)
 
         self._stop(srv)
         for idx in remaining:
@@ -407,22 +447,19 @@ class VllmBackend:
                 st = leftover_status or RequestStatus.NOT_RUN
                 records[idx] = RequestRecord(idx, 0.0, None, None, trace[idx].prompt_len, 0, st, leftover_reason)
         gpu_time = sum(s.alive_s() for s in self._trial_starts)
-        return self._result(req, records, deaths, delta, kv_tokens, startup_s, duration, gpu_time, early_stopped,
+        return self._result(records, deaths, delta, kv_tokens, startup_s, duration, gpu_time, early_stopped,
                             itl, mismatched, start_no, extra)
 
     @staticmethod
-    def _record(o: RequestOutcome, t: TraceRequest) -> RequestRecord:
+    def _record(o: RequestOutcome) -> RequestRecord:
         if o.ok:
             return RequestRecord(o.index, o.send_s, o.ttft_s, o.e2e_s, o.prompt_tokens, o.output_tokens)
         return RequestRecord(o.index, o.send_s, o.ttft_s, None, o.prompt_tokens, o.output_tokens,
                              RequestStatus.ERROR, f"{o.error_kind}: {o.error}"[:300])
 
     def _startup_failed(self, req: TrialRequest, srv: ServerProcess, why: str, extra: dict[str, Any]) -> TrialResult:
-        timed_out = why == "timeout"
-        rc = srv.exit_code()  # None when it was still running (a startup hang): we kill it next
-        self._stop(srv)
-        lines = read_log_lines(srv.log_path, srv.log_offset)
-        cls = classify_startup(lines, rc, timed_out, req.server.startup_timeout_s)
+        """The first start failed: the simulator's startup-failure result, classified from the log."""
+        cls, rc, lines = self._failed_start(req, srv, why)
         elapsed = (srv.stopped_at or time.monotonic()) - srv.started_at
         res = startup_failure(self.name, cls.failure_class, cls.reason, cls.evidence, req.workload.num_requests,
                               startup_s=elapsed)
@@ -431,7 +468,7 @@ class VllmBackend:
         res.extra.update(extra)
         return res
 
-    def _result(self, req: TrialRequest, records: dict[int, RequestRecord], deaths: list[Classification],
+    def _result(self, records: dict[int, RequestRecord], deaths: list[Classification],
                 delta: MetricsDelta, kv_tokens: int, startup_s: float, duration: float, gpu_time: float,
                 early_stopped: bool, itl: list[float], mismatched: int, restarts: int,
                 extra: dict[str, Any]) -> TrialResult:

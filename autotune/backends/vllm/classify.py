@@ -55,6 +55,10 @@ INVALID_CONFIG_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("not_implemented", re.compile(r"\bNotImplementedError: .+")),
 )
 
+# The server's python cannot import vLLM (a wrong ``engine.python``, or a venv path resolved
+# through its symlink to the base interpreter): Python's own message.
+VLLM_MISSING = re.compile(r"ModuleNotFoundError: No module named '?vllm\b")
+
 # Lines worth showing for an unclassified crash.
 _ERROR_LINE = re.compile(r"(\b\w+(Error|Exception): .+|\bERROR\b.*(fail|died|dead|Error).*)")
 # vLLM log prefix "(Worker pid=123) ERROR 11-29 15:47:05 [file.py:12] " repeats on each line.
@@ -102,8 +106,12 @@ def _tail_errors(lines: list[str]) -> list[str]:
     return list(reversed(hits))
 
 
-def classify_startup(lines: list[str], exit_code: int | None, timed_out: bool, timeout_s: float = 0.0) -> Classification:
-    """Why the server never became healthy. ``lines`` is this start's server log."""
+def classify_startup(lines: list[str], exit_code: int | None, timed_out: bool, timeout_s: float = 0.0,
+                     spawn_error: str = "") -> Classification:
+    """Why the server never became healthy. ``lines`` is this start's server log;
+    ``spawn_error`` what the OS said when the server could not be executed at all."""
+    if spawn_error:
+        return Classification(FailureClass.CRASH, f"cannot start the server: {spawn_error}", [spawn_error])
     name, hits = _find(lines, STARTUP_OOM_PATTERNS)
     if hits:
         return Classification(FailureClass.STARTUP_OOM, f"startup OOM ({name}): {hits[0]}", hits)
@@ -119,6 +127,10 @@ def classify_startup(lines: list[str], exit_code: int | None, timed_out: bool, t
                               _tail_errors(lines))
     if timed_out:
         return Classification(FailureClass.HANG, f"server not healthy after {timeout_s:g}s", _tail_errors(lines))
+    _, hits = _find(lines, (("vllm_missing", VLLM_MISSING),))
+    if hits:
+        return Classification(FailureClass.CRASH, f"the server's python cannot import vLLM: {hits[0]} "
+                              "(check engine.python)", hits)
     return Classification(FailureClass.CRASH, f"server exited with status {exit_code} during startup",
                           _tail_errors(lines))
 

@@ -130,7 +130,6 @@ class MetricsDelta:
     running_max: float = math.nan
     waiting_max: float = math.nan
     info: dict[str, dict[str, str]] = field(default_factory=dict)
-    scrapes: int = 0
 
     def add_interval(self, before: Snapshot | None, after: Snapshot) -> None:
         """Add what one server start counted between ``before`` (None: since it started) and ``after``."""
@@ -146,7 +145,6 @@ class MetricsDelta:
         self.info.update(after.info)
 
     def observe_gauges(self, snap: Snapshot) -> None:
-        self.scrapes += 1
         for name in KV_USAGE_GAUGES:
             if name in snap.values:
                 self.kv_usage_max = _nanmax(self.kv_usage_max, snap.values[name])
@@ -158,7 +156,9 @@ class MetricsDelta:
         """Flat numbers for ``TrialResult.server_metrics``."""
         out: dict[str, float] = dict(self.counters)
         q = self.counters["prefix_cache_queries"]
-        out["prefix_cache_hit_rate"] = self.counters["prefix_cache_hits"] / q if q > 0 else math.nan
+        # vLLM's own definition (CachingMetrics.hit_rate): hit tokens over queried prompt
+        # tokens, 0.0 when nothing was queried (prefix caching off).
+        out["prefix_cache_hit_rate"] = self.counters["prefix_cache_hits"] / q if q > 0 else 0.0
         out["kv_cache_usage_max"] = self.kv_usage_max
         out["num_requests_running_max"] = self.running_max
         out["num_requests_waiting_max"] = self.waiting_max
@@ -168,6 +168,20 @@ class MetricsDelta:
             out[f"{key}_p50_s"] = h.quantile(0.50)
             out[f"{key}_p99_s"] = h.quantile(0.99)
         return out
+
+
+def snapshot_row(snap: Snapshot) -> dict[str, float]:
+    """One scrape as a flat row for ``TrialArtifacts.metrics_snapshots``: the counters (as
+    scraped: cumulative since that server start) and the gauges, under the same keys as
+    ``TrialResult.server_metrics``. A metric this vLLM does not export is left out."""
+    row = {key: snap.values[name] for key, name in COUNTERS.items() if name in snap.values}
+    kv = next((snap.values[n] for n in KV_USAGE_GAUGES if n in snap.values), None)
+    if kv is not None:
+        row["kv_cache_usage"] = kv
+    for key, name in QUEUE_GAUGES.items():
+        if name in snap.values:
+            row[f"num_requests_{key}"] = snap.values[name]
+    return row
 
 
 def _nanmax(a: float, b: float) -> float:

@@ -23,13 +23,7 @@ import aiohttp
 
 from autotune.backends.base import ServerSpec
 from autotune.engine.flags import flags_to_cli_args
-
-_SECRET_WORDS = ("TOKEN", "KEY", "SECRET", "PASSWORD")
-
-
-def mask_env(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` safe to log: values of names that look like credentials are masked."""
-    return {k: ("***" if any(w in k.upper() for w in _SECRET_WORDS) else v) for k, v in env.items()}
+from autotune.security import mask_argv, mask_env
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -63,6 +57,32 @@ def build_command(server: ServerSpec, flags: Mapping[str, Any], port: int) -> li
     return cmd
 
 
+@dataclass(frozen=True)
+class HealthProbe:
+    """What one GET /health saw. The one probe for both readiness and the serving watch.
+
+    ``busy`` means the connection was taken but no answer came in time: the API server is
+    alive and loaded, not dead (whether the engine is stuck is the hang watchdog's call).
+    After EngineCore dies vLLM answers 503 and shuts down, then nothing listens.
+    """
+
+    status: int | None  # HTTP status; None when nothing answered
+    busy: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200
+
+    @property
+    def alive(self) -> bool:
+        return self.ok or self.busy
+
+    def describe(self) -> str:
+        if self.busy:
+            return "no answer in time"
+        return "no answer" if self.status is None else f"HTTP {self.status}"
+
+
 @dataclass
 class ServerProcess:
     """A started server. ``log_offset`` is where this start's output begins in the shared log."""
@@ -77,6 +97,7 @@ class ServerProcess:
     started_at: float = 0.0  # time.monotonic()
     stopped_at: float | None = None
     ready_at: float | None = None
+    spawn_error: str = ""  # the OS refused to run argv[0] (no such file, not executable)
     _log: Any = field(default=None, repr=False)
 
     @property
@@ -96,36 +117,47 @@ class ServerProcess:
             self._log.flush()
         self.log_offset = self._log.tell()
         self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(  # noqa: S603 - argument list, no shell
-            self.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=self.env,
-            start_new_session=True,  # own process group: stop() reaches EngineCore and workers too
-            close_fds=True,
-        )
+        try:
+            self.proc = subprocess.Popen(  # noqa: S603 - argument list, no shell
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,  # own process group: stop() reaches EngineCore and workers too
+                close_fds=True,
+            )
+        except OSError as e:  # a startup failure like any other: recorded, classified, never raised
+            self.spawn_error = f"{type(e).__name__}: {e}"
+            self._log.write(f"# autotune: cannot start the server: {self.spawn_error}\n".encode())
+            self.stopped_at = self.started_at
+            self._log.close()
+            self._log = None
 
     def exit_code(self) -> int | None:
         return self.proc.poll() if self.proc else None
 
-    async def health(self, session: aiohttp.ClientSession, timeout_s: float = 5.0) -> int | None:
-        """/health status code, or None if nothing answered."""
+    async def health(self, session: aiohttp.ClientSession, timeout_s: float = 5.0) -> HealthProbe:
+        """One GET /health: its status, nothing listening, or busy (connected, no answer in time)."""
         try:
             async with session.get(self.base_url + "/health", timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-                return r.status
-        except (aiohttp.ClientError, OSError, TimeoutError):
-            return None
+                return HealthProbe(r.status)
+        except TimeoutError:  # before ClientError: aiohttp's timeouts are both
+            return HealthProbe(None, busy=True)
+        except (aiohttp.ClientError, OSError):
+            return HealthProbe(None)
 
     async def wait_ready(self, timeout_s: float, poll_s: float = 0.5) -> tuple[bool, str]:
         """Poll /health until 200. (False, why) if the process exits or ``timeout_s`` passes."""
+        if self.spawn_error:
+            return False, "not started"
         deadline = self.started_at + timeout_s
         async with aiohttp.ClientSession() as session:
             while True:
                 rc = self.exit_code()
                 if rc is not None:
                     return False, f"exited with status {rc}"
-                if await self.health(session, timeout_s=min(5.0, timeout_s)) == 200:
+                if (await self.health(session, timeout_s=min(5.0, timeout_s))).ok:
                     self.ready_at = time.monotonic()
                     return True, ""
                 if time.monotonic() > deadline:
@@ -178,25 +210,6 @@ class ServerProcess:
     def alive_s(self) -> float:
         end = self.stopped_at if self.stopped_at is not None else time.monotonic()
         return max(0.0, end - self.started_at) if self.started_at else 0.0
-
-
-def mask_argv(argv: list[str]) -> list[str]:
-    """``argv`` safe to log: the value after a flag like ``--api-key`` or ``--hf-token`` is masked."""
-    out: list[str] = []
-    mask_next = False
-    for a in argv:
-        if mask_next:
-            out.append("***")
-            mask_next = False
-            continue
-        name = a.split("=", 1)[0]
-        secret = a.startswith("--") and any(w in name.upper().replace("-", "_") for w in _SECRET_WORDS)
-        if secret and "=" in a:
-            out.append(name + "=***")
-        else:
-            out.append(a)
-            mask_next = secret
-    return out
 
 
 def launch_header(argv: list[str], env_shown: Mapping[str, str], note: str) -> str:
