@@ -183,8 +183,8 @@ def _digest(paths: list[Path]) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def finished_study(ray_cluster, tmp_path_factory) -> tuple[Path, Path]:
     """A real two-trial study to be resumed with bad input."""
-    from autotune.space import load_space
     from autotune.service import RunOptions, run_study
+    from autotune.space import load_space
 
     root = tmp_path_factory.mktemp("resume")
     space = write_space(root / "space.yaml", _base())

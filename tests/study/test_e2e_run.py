@@ -16,8 +16,8 @@ import yaml
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from autotune.space import load_space
 from autotune.service import RunOptions, run_study
+from autotune.space import load_space
 from tests.conftest import run_cli
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -1,0 +1,51 @@
+"""`autotune status` shows the flags a trial ran with, in numbers people read."""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+import yaml
+from optuna.distributions import FloatDistribution, IntDistribution
+
+from autotune.rundir import RunDir
+from autotune.study.record import Role, State, TrialRecord
+from autotune.study.storage import open_storage
+from tests.conftest import run_cli
+
+SAMPLED = {"gpu_memory_utilization": 0.9199999999999999, "max_num_batched_tokens": 2048}
+# A `repair` constraint (max_num_batched_tokens >= max_model_len) moved the sampled 2048.
+RAN = {"max_model_len": 8192, "gpu_memory_utilization": 0.92, "max_num_batched_tokens": 8192}
+
+
+def _run_dir(tmp_path) -> RunDir:
+    rd = RunDir(tmp_path / "run").ensure()
+    space = {"study": {"name": "st"}, "objectives": [{"metric": "oom_per_1k"}, {"metric": "p99_e2e_s"}],
+             "params": {"gpu_memory_utilization": {}, "max_num_batched_tokens": {}}}
+    rd.space_copy.write_text(yaml.safe_dump(space))
+    study = optuna.create_study(storage=open_storage(rd.optuna_url), study_name="st",
+                                directions=["minimize", "minimize"])
+    r = TrialRecord(0, State.COMPLETE, Role.SEARCH, params=SAMPLED, flags=RAN,
+                    metrics={"oom_per_1k": 0.0, "p99_e2e_s": 27.123456789}, values=[0.0, 27.123456789])
+    dists = {"gpu_memory_utilization": FloatDistribution(0.85, 0.98, step=0.005),
+             "max_num_batched_tokens": IntDistribution(1024, 16384)}
+    study.add_trial(optuna.trial.create_trial(params=SAMPLED, distributions=dists, values=r.values,
+                                              user_attrs=r.user_attrs()))
+    return rd
+
+
+def test_status_shows_the_flags_as_run(tmp_path, capsys):
+    rd = _run_dir(tmp_path)
+    code, out, err = run_cli(["status", "--out", str(rd.root), "--json"], capsys)
+    assert code == 0, err
+    (t,) = json.loads(out)["trials"]
+    assert t["params"] == {"gpu_memory_utilization": 0.92, "max_num_batched_tokens": 8192}  # not Optuna's params
+    assert t["flags"] == RAN and t["state"] == "complete" and t["pareto"] is True
+
+
+def test_status_table_numbers_are_for_people(tmp_path, capsys):
+    rd = _run_dir(tmp_path)
+    code, out, err = run_cli(["status", "--out", str(rd.root)], capsys)
+    assert code == 0, err
+    assert "gpu_memory_utilization=0.92," in out and "max_num_batched_tokens=8192" in out
+    assert "0.9199999" not in out and "27.12" in out and "27.123456789" not in out
