@@ -126,13 +126,6 @@ class ModelArch:
         """Logits are computed only for each sequence's last scheduled token."""
         return 2.0 * self.hidden_size * self.vocab_size / tp
 
-    def attn_flops(self, tp: int, new_tokens: int, context_before: int) -> float:
-        """QK^T and PV FLOPs of one sequence's ``new_tokens`` attending causally to
-        ``context_before`` cached tokens plus themselves, all layers, one rank."""
-        heads = self.num_heads / tp
-        avg_ctx = context_before + (new_tokens + 1) / 2
-        return 4.0 * self.num_layers * heads * self.head_dim * new_tokens * avg_ctx
-
     def activation_bytes_per_token(self, tp: int) -> int:
         """Transient forward-pass bytes per token at the MLP peak (bf16): the fused
         gate_up output (2 I/tp), the SiLU-and-mul output (I/tp), and ~4 hidden-size

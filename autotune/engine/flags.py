@@ -32,7 +32,7 @@ def unmodelled_flags(flags: Mapping[str, Any]) -> list[str]:
     return [n for n, v in flags.items() if is_unmodelled(n) and not FLAG_SPECS[n].is_default(v)]
 
 
-def format_value(value: Any) -> str:
+def _format_value(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     return str(value)
@@ -51,5 +51,5 @@ def flags_to_cli_args(flags: Mapping[str, Any]) -> list[str]:
         if isinstance(value, bool):
             args.append(cli_option(name if value else "no_" + name))
         else:
-            args.extend([cli_option(name), format_value(value)])
+            args.extend([cli_option(name), _format_value(value)])
     return args

@@ -37,10 +37,6 @@ class BlockPool:
     def num_free(self) -> int:
         return self.free_plain + len(self.cached_free)
 
-    @property
-    def num_used(self) -> int:
-        return self.capacity - self.num_free
-
     def blocks_for(self, tokens: int) -> int:
         return math.ceil(tokens / self.block_size)
 

@@ -96,3 +96,17 @@ def test_allowing_unmodelled_flags_does_not_change_the_study_fingerprint(tmp_pat
     allowed = load_space(_write(tmp_path, _with(engine__allow_unmodelled_flags=True)))
     assert allowed.engine.allow_unmodelled_flags and not plain.engine.allow_unmodelled_flags
     assert space_fingerprint(allowed) == space_fingerprint(plain)
+
+
+def test_the_documented_example_space_is_a_valid_sim_space():
+    import re
+
+    from autotune.space.loader import parse_space
+    from autotune.study.validate import validate_for_backend
+
+    doc = REPO / "docs" / "search_space.md"
+    block = re.search(r"```yaml\n(.*?)```", doc.read_text(), re.S)
+    assert block is not None
+    sp = parse_space(yaml.safe_load(block.group(1)), doc)
+    validate_for_backend(sp)  # no flag the simulator ignores
+    assert sp.engine.backend == "sim" and sp.params["max_cudagraph_capture_size"].when == {"enforce_eager": False}
