@@ -4,7 +4,8 @@
       optuna.db        Optuna storage (default; any SQLAlchemy URL may replace it)
       mlflow.db        MLflow tracking store (default)
       space.yaml       the space the study was created with
-      trials/<n>/      flags.yaml, requests.csv, result.json, server.log (vllm)
+      trials/<n>/      flags.yaml, requests.csv, result.json; server.log, gpu_timeline.json and
+                       metrics_snapshots.json when the backend produced them (study/trial_files.py)
       plots/           pareto.png, history.png
 """
 
@@ -61,6 +62,3 @@ class RunDir:
             raise UserError(f"--out {self.root}: no study here; run 'autotune run --out {self.root}' first")
         return self
 
-
-def default_run_dir(study_name: str) -> RunDir:
-    return RunDir(Path("runs") / study_name)

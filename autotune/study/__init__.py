@@ -1,1 +1,2 @@
-"""The study driver: Optuna ask/tell over Ray workers, tracked in MLflow."""
+"""The study: a trial loop (Optuna ask/tell over a pool of workers, with callbacks), the
+typed trial record, the search strategy, recovery, and the Pareto/export rule."""

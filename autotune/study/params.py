@@ -13,12 +13,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import optuna
-from optuna.distributions import (
-    BaseDistribution,
-    CategoricalDistribution,
-    FloatDistribution,
-    IntDistribution,
-)
 
 from autotune.space.schema import Constraint, ParamSpec, SearchSpace
 
@@ -30,16 +24,6 @@ _OPS = {
     "==": operator.eq,
     "!=": operator.ne,
 }
-
-
-def to_distribution(p: ParamSpec) -> BaseDistribution:
-    if p.type == "float":
-        return FloatDistribution(p.low, p.high, log=p.log, step=p.step)  # type: ignore[arg-type]
-    if p.type == "int":
-        return IntDistribution(int(p.low), int(p.high), log=p.log, step=int(p.step or 1))  # type: ignore[arg-type]
-    if p.type == "bool":
-        return CategoricalDistribution([False, True])
-    return CategoricalDistribution(list(p.choices or []))
 
 
 def _active(p: ParamSpec, values: Mapping[str, Any]) -> bool:

@@ -42,7 +42,6 @@ class WorkerPool:
     _actors: dict[int, Any] = field(default_factory=dict, init=False)
     _busy: dict[Any, tuple[int, Any]] = field(default_factory=dict, init=False)  # ref -> (worker, key)
     _next_id: int = field(default=0, init=False)
-    replaced: int = field(default=0, init=False)
 
     def start(self) -> None:
         for _ in range(self.size):
@@ -98,7 +97,6 @@ class WorkerPool:
                 ray.kill(actor, no_restart=True)
             except Exception:  # already gone
                 pass
-        self.replaced += 1
         self._spawn()
 
     def shutdown(self) -> None:
