@@ -3,7 +3,7 @@
     .venv/bin/python experiments/search/run.py            # full: 10 seeds x 50 trials, every strategy
     .venv/bin/python experiments/search/run.py --quick    # smoke test: 2 seeds x 12 trials, 3 strategies
 
-Needs data/ from ground_truth.py (committed). Every study goes through autotune's StudyDriver
+Needs data/ from ground_truth.py (committed). Every study goes through autotune's trial loop
 (ask/tell, pruning, constraints, early stop, warm start) on the sim backend with 4 simulated
 workers (harness.py). Writes results/ (runs.jsonl, results.md, hv_vs_trials.png, fronts.png).
 ALL NUMBERS ARE SIMULATED: simulated GPU time and wall clock, not measurements.
