@@ -13,10 +13,8 @@ argument error. Behaviour comes from the FAKE_VLLM environment variable (JSON):
   log_filler_kib: KiB of INFO lines printed at startup by failing starts (to test the log cap)
   startup_delay_s, token_delay_s, kv_tokens, preempt_every
 
-Prefix-cache counters follow vLLM's accounting (vllm/v1/core/kv_cache_manager.py,
-PrefixCacheStats): at admission a request queries its prompt tokens and hits the longest
-chain of full, already cached blocks (at most prompt - 1 tokens); blocks are cached once
-allocated. The cache here never evicts: the fake has no memory to run out of.
+Prefix-cache counters follow vLLM's accounting (prefix_cache.py), with a cache that never
+evicts: the fake has no memory to run out of.
 """
 
 from __future__ import annotations
@@ -30,6 +28,7 @@ import time
 from pathlib import Path
 
 from aiohttp import web
+from prefix_cache import PrefixCacheAccounting  # tests/fakes is on sys.path (see the shim)
 
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
 DEFAULT_BLOCK_SIZE = 16  # vLLM's on GPUs
@@ -73,8 +72,7 @@ class Fake:
                          "vllm:prefix_cache_hits_total": 0.0, "vllm:prompt_tokens_total": 0.0,
                          "vllm:generation_tokens_total": 0.0}
         self.e2e: list[float] = []
-        self.block_size = args.block_size or DEFAULT_BLOCK_SIZE
-        self.cached_blocks: set[int] = set()
+        self.prefix_cache = PrefixCacheAccounting(args.block_size or DEFAULT_BLOCK_SIZE)
 
     def _count_start(self) -> int:
         if not self.state:
@@ -113,23 +111,12 @@ class Fake:
             self.hung = True
 
     def admit(self, prompt: list[int]) -> None:
-        """vLLM's prefix-cache accounting for one new request (see the module docstring)."""
+        """vLLM's prefix-cache accounting for one new request."""
         if not self.args.enable_prefix_caching:
             return  # vLLM records no lookup when prefix caching is off
-        b = self.block_size
-        chain: list[int] = []
-        parent = 0
-        for i in range(len(prompt) // b):
-            parent = hash((parent, tuple(prompt[i * b:(i + 1) * b])))
-            chain.append(parent)
-        hit = 0
-        for h in chain[:(len(prompt) - 1) // b]:
-            if h not in self.cached_blocks:
-                break
-            hit += 1
-        self.cached_blocks.update(chain)
+        hit = self.prefix_cache.admit(prompt)
         self.counters["vllm:prefix_cache_queries_total"] += len(prompt)
-        self.counters["vllm:prefix_cache_hits_total"] += hit * b
+        self.counters["vllm:prefix_cache_hits_total"] += hit
 
     # -- HTTP ---------------------------------------------------------------------------
     async def health(self, request: web.Request) -> web.Response:

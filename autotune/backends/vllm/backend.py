@@ -197,6 +197,25 @@ def _read_log(path: Path) -> str:
         return ""
 
 
+def _sent_record(o: RequestOutcome, casualty: RequestStatus | None = None, why: str = "") -> RequestRecord:
+    """The record of a request that was sent, with the options it carried. A ``casualty`` of
+    an engine death gets that status, and no latency or output: the engine lost it."""
+    opts = o.options
+    if casualty is not None:
+        status, e2e, out, error = casualty, None, 0, why
+    elif o.ok:
+        status, e2e, out, error = RequestStatus.OK, o.e2e_s, o.output_tokens, ""
+    else:
+        status, e2e, out, error = RequestStatus.ERROR, None, o.output_tokens, f"{o.error_kind}: {o.error}"
+    return RequestRecord(o.index, o.send_s, o.ttft_s, e2e, o.prompt_tokens, out, status, error[:300],
+                         opts.prompt_logprobs, opts.logprobs, opts.n, o.streamed)
+
+
+def _gpus(flags: dict[str, Any]) -> int:
+    """GPUs one engine holds: tensor x pipeline parallel size (goodput is per GPU)."""
+    return int(flags.get("tensor_parallel_size") or 1) * int(flags.get("pipeline_parallel_size") or 1)
+
+
 def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else math.nan
 
@@ -394,7 +413,7 @@ class VllmBackend:
             for idx, o in phase.outcomes.items():
                 if idx in casualties:
                     continue
-                records[idx] = self._record(o)
+                records[idx] = _sent_record(o)
                 if o.ok:
                     itl.extend(o.itl_s)
                     mismatched += o.output_tokens != o.expected_output_tokens
@@ -413,8 +432,7 @@ class VllmBackend:
             status = RequestStatus.OOM if cls.failure_class == FailureClass.RUNTIME_OOM else RequestStatus.ERROR
             for idx in sorted(casualties):
                 o = phase.outcomes[idx]
-                records[idx] = RequestRecord(idx, o.send_s, o.ttft_s, None, o.prompt_tokens, 0, status,
-                                             f"in flight when the engine died ({cls.failure_class}): {o.error}"[:300])
+                records[idx] = _sent_record(o, status, f"in flight when the engine died ({cls.failure_class}): {o.error}")
                 tally.add(status, None)
             if not remaining:
                 break
@@ -445,17 +463,14 @@ class VllmBackend:
         for idx in remaining:
             if idx not in records:
                 st = leftover_status or RequestStatus.NOT_RUN
-                records[idx] = RequestRecord(idx, 0.0, None, None, trace[idx].prompt_len, 0, st, leftover_reason)
+                opts = trace[idx].options
+                records[idx] = RequestRecord(idx, 0.0, None, None, trace[idx].prompt_len, 0, st, leftover_reason,
+                                             opts.prompt_logprobs, opts.logprobs, opts.n, opts.streamable)
         gpu_time = sum(s.alive_s() for s in self._trial_starts)
-        return self._result(records, deaths, delta, kv_tokens, startup_s, duration, gpu_time, early_stopped,
-                            itl, mismatched, start_no, extra)
-
-    @staticmethod
-    def _record(o: RequestOutcome) -> RequestRecord:
-        if o.ok:
-            return RequestRecord(o.index, o.send_s, o.ttft_s, o.e2e_s, o.prompt_tokens, o.output_tokens)
-        return RequestRecord(o.index, o.send_s, o.ttft_s, None, o.prompt_tokens, o.output_tokens,
-                             RequestStatus.ERROR, f"{o.error_kind}: {o.error}"[:300])
+        result = self._result(records, deaths, delta, kv_tokens, startup_s, duration, gpu_time, early_stopped,
+                              itl, mismatched, start_no, extra)
+        result.gpus, result.goodput_slo = _gpus(req.flags), spec.goodput_slo
+        return result
 
     def _startup_failed(self, req: TrialRequest, srv: ServerProcess, why: str, extra: dict[str, Any]) -> TrialResult:
         """The first start failed: the simulator's startup-failure result, classified from the log."""
@@ -463,6 +478,7 @@ class VllmBackend:
         elapsed = (srv.stopped_at or time.monotonic()) - srv.started_at
         res = startup_failure(self.name, cls.failure_class, cls.reason, cls.evidence, req.workload.num_requests,
                               startup_s=elapsed)
+        res.gpus, res.goodput_slo = _gpus(req.flags), req.workload.goodput_slo
         extra["exit_code"] = rc
         extra["vllm_non_default_args"] = non_default_args_from_log(lines)
         res.extra.update(extra)
