@@ -259,18 +259,17 @@ class SearchSpace(_Strict):
             for dep in p.when or {}:
                 if dep not in self.params:
                     raise ValueError(f"params.{name}.when names {dep!r}, which is not a searched param")
-        known = set(self.params) | set(self.engine.flags) | set(FLAG_SPECS)
         for i, c in enumerate(self.constraints):
             names = [c.left, *c.when] + ([c.right] if isinstance(c.right, str) else [])
             for n in names:
-                if n not in known:
+                if n not in FLAG_SPECS:  # params and engine.flags are known flags too
                     raise ValueError(f"constraints[{i}] names unknown param {n!r}")
             if c.action == "repair" and (c.left not in self.params or self.params[c.left].type not in ("int", "float")):
                 raise ValueError(f"constraints[{i}]: repair needs left to be a searched int/float param")
         for i, ref in enumerate(self.references):
             for k, v in ref.flags.items():
-                p = self.params.get(k)
-                if p is not None and p.type == "categorical" and v not in (p.choices or []):
+                searched = self.params.get(k)
+                if searched is not None and searched.type == "categorical" and v not in (searched.choices or []):
                     raise ValueError(f"references[{i}] ({ref.name}): {k}={v!r} is not among params.{k}.choices")
         if len(self.objectives) < 1:
             raise ValueError("objectives must name at least one metric")
