@@ -80,8 +80,8 @@ class TrialLoop:
         if orphans:
             self._notice(f"resumed: failed and re-enqueued trials {orphans} left running by a dead driver")
         status = "FAILED"
-        self.pool.start()
         try:
+            self.pool.start()
             self._loop()
             status = "FINISHED"
         except KeyboardInterrupt:

@@ -87,8 +87,9 @@ class TrialRecord:
         return all(v <= 0 for v in self.constraints.values())
 
     @property
-    def duration_s(self) -> float:
-        """Wall time from ask to tell (queueing on the driver included)."""
+    def elapsed_s(self) -> float:
+        """Wall time from ask to tell, the trial's whole life on the driver (the metric
+        ``duration_s`` is the benchmark's alone)."""
         if self.started_at is None or self.finished_at is None:
             return math.nan
         return (self.finished_at - self.started_at).total_seconds()

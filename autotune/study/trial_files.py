@@ -59,11 +59,18 @@ def existing_files(run_dir: RunDir, number: int) -> list[Path]:
 def _write_requests_csv(path: Path, result: TrialResult) -> None:
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["index", "send_s", "ttft_s", "e2e_s", "tpot_s", "prompt_tokens", "output_tokens", "status", "error"])
+        w.writerow(["index", "send_s", "ttft_s", "e2e_s", "tpot_s", "prompt_tokens", "output_tokens", "status", "error",
+                    "prompt_logprobs", "logprobs", "n", "streamed"])
         for r in result.records:
             w.writerow([r.index, _f(r.send_s), _f(r.ttft_s), _f(r.e2e_s), _f(r.tpot_s), r.prompt_tokens,
-                        r.output_tokens, str(r.status), r.error])
+                        r.output_tokens, str(r.status), r.error, _opt(r.prompt_logprobs), _opt(r.logprobs), r.n,
+                        r.streamed])
 
 
 def _f(v: float | None) -> str:
     return "" if v is None else f"{v:.6f}"
+
+
+def _opt(v: int | None) -> str:
+    """A request option: empty when it was not sent."""
+    return "" if v is None else str(v)

@@ -18,6 +18,7 @@ from autotune.tracking.plots import PlotPoint, history_plot, pareto_plot
 def trial_log(r: TrialRecord, space: SearchSpace, artifacts: list[Path]) -> TrialLog:
     """One child run: every flag the trial ran with as params, every aggregate as a metric."""
     metrics = dict(r.metrics)
+    metrics["trial_elapsed_s"] = r.elapsed_s  # ask to tell: what the trial cost in wall time
     for name, v in zip(space.objective_names, r.values or (), strict=False):
         metrics.setdefault(f"objective.{name}", v)
     role = "rejected" if r.state == State.REJECTED else str(r.role)

@@ -263,7 +263,7 @@ def test_record_round_trips_through_optuna(tmp_path):
               "constraints", "early_stopped", "worker", "requeued_from", "warnings"):
         assert getattr(back, f) == getattr(r, f), f
     assert back.metrics["oom_per_1k"] == 5.0 and back.metrics["p99_e2e_s"] != back.metrics["p99_e2e_s"]  # NaN kept
-    assert back.started_at is not None and back.finished_at is not None and back.duration_s >= 0
+    assert back.started_at is not None and back.finished_at is not None and back.elapsed_s >= 0
 
 
 @pytest.mark.parametrize(("reference", "role"), [("vllm-defaults", Role.BASELINE), ("field-report", Role.REFERENCE),
