@@ -42,6 +42,10 @@ def test_one_real_trial(vllm_python, tiny_model, tmp_path):
     assert res.peak_mem_gib == [] and res.extra["nvml"]["available"] is False  # no NVML on CPU: no numbers
     pid = next(i["pid"] for n, i in events if n == "server_started")
     assert group_gone(pid)  # API server, EngineCore and workers all stopped
+    # What the trial produced came back in the result: vLLM's own log text, /metrics snapshots.
+    assert "Starting vLLM server on" in res.artifacts.server_log and "CPU KV cache size: 320" in res.artifacts.server_log
+    snaps = res.artifacts.metrics_snapshots
+    assert snaps and snaps[-1]["prompt_tokens"] == res.server_metrics["prompt_tokens"] > 0
 
 
 def test_server_killed_mid_benchmark_is_a_crash_and_restarts(vllm_python, tiny_model, tmp_path):
@@ -70,6 +74,9 @@ def test_server_killed_mid_benchmark_is_a_crash_and_restarts(vllm_python, tiny_m
     assert RequestStatus.OOM not in statuses and RequestStatus.NOT_RUN not in statuses
     assert statuses.count(RequestStatus.OK) + len(failed) == 24 and statuses.count(RequestStatus.OK) > 6
     assert set(pids) == {0, 1} and res.extra["restarts"] == 1
+    log = res.artifacts.server_log  # both starts' own output, in order
+    assert log.index("server start 0\n") < log.index("server start 1 (restart)\n")
+    assert log.count("Starting vLLM server on") == 2
     assert res.gpu_time_s > res.startup_s + res.duration_s  # the restart's startup is GPU time too
     assert all(group_gone(p) for p in pids.values())
 
