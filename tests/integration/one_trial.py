@@ -35,7 +35,12 @@ def main(out: Path) -> None:
                                          if k in ("preemptions", "prefix_cache_hits", "prefix_cache_queries",
                                                   "kv_cache_usage_max", "e2e_p50_s", "e2e_p99_s")},
                       "itl_p50_s": res.extra["itl_p50_s"], "itl_p99_s": res.extra["itl_p99_s"],
-                      "nvml": res.extra["nvml"]}, indent=1, default=str))
+                      "nvml": res.extra["nvml"],
+                      # What travelled back in the result instead of files on the worker.
+                      "artifacts": {"server_log_chars": len(res.artifacts.server_log),
+                                    "metrics_snapshots": len(res.artifacts.metrics_snapshots),
+                                    "gpu_timeline_points": len(res.artifacts.gpu_timeline)}},
+                     indent=1, default=str))
 
 
 if __name__ == "__main__":
