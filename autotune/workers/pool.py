@@ -34,29 +34,56 @@ class Finished:
 
 @dataclass
 class WorkerPool:
+    """One actor per GPU group; a worker takes trials once its actor is placed and running.
+
+    A worker that dies (its process, or its node) is replaced by a new actor. The new one
+    may not be placeable (a lost node took its GPUs with it): it waits, taking no trials,
+    until the cluster has room, and the study goes on with the workers it has.
+    """
+
     backend: str
     size: int
     gpus_per_worker: int
     cpus_per_worker: float
     backend_kwargs: dict[str, Any] = field(default_factory=dict)
+    start_timeout_s: float = 600.0
     _actors: dict[int, Any] = field(default_factory=dict, init=False)
+    _pending: dict[Any, int] = field(default_factory=dict, init=False)  # readiness ref -> worker, not yet placed
     _busy: dict[Any, tuple[int, Any]] = field(default_factory=dict, init=False)  # ref -> (worker, key)
     _next_id: int = field(default=0, init=False)
 
     def start(self) -> None:
+        """Start every worker and wait until each is placed (the cluster was checked to hold them)."""
         for _ in range(self.size):
             self._spawn()
+        ray.wait(list(self._pending), num_returns=len(self._pending), timeout=self.start_timeout_s)
 
     def _spawn(self) -> int:
         wid = self._next_id
         self._next_id += 1
-        self._actors[wid] = RemoteTrialWorker.options(
+        actor = RemoteTrialWorker.options(
             num_gpus=self.gpus_per_worker, num_cpus=self.cpus_per_worker, name=None
         ).remote(self.backend, wid, self.backend_kwargs)
+        self._actors[wid] = actor
+        self._pending[actor.info.remote()] = wid  # resolves once the actor is placed and constructed
         return wid
 
+    def _placed(self) -> None:
+        """Move workers whose actors have come up from pending to available."""
+        if not self._pending:
+            return
+        ready, _ = ray.wait(list(self._pending), num_returns=len(self._pending), timeout=0)
+        for ref in ready:
+            wid = self._pending.pop(ref)
+            try:
+                ray.get(ref)
+            except WORKER_DEATH as e:
+                log.warning("worker %d died while starting (%s); replacing it", wid, type(e).__name__)
+                self._replace(wid)
+
     def idle_workers(self) -> list[int]:
-        busy = {w for w, _ in self._busy.values()}
+        self._placed()
+        busy = {w for w, _ in self._busy.values()} | set(self._pending.values())
         return [w for w in self._actors if w not in busy]
 
     @property
@@ -100,11 +127,14 @@ class WorkerPool:
         self._spawn()
 
     def shutdown(self) -> None:
-        for actor in self._actors.values():
-            try:
-                ray.get(actor.close.remote(), timeout=60)
-            except Exception:
-                pass
+        unplaced = set(self._pending.values())
+        for wid, actor in self._actors.items():
+            if wid not in unplaced:  # an actor never placed has nothing to close, and would not answer
+                try:
+                    ray.get(actor.close.remote(), timeout=60)
+                except Exception:
+                    pass
             ray.kill(actor, no_restart=True)
         self._actors.clear()
+        self._pending.clear()
         self._busy.clear()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +145,42 @@ def mlflow_trial_numbers(tracking_uri: str, experiment: str) -> list[int]:
 
 def finished_numbers(study: optuna.Study) -> set[int]:
     return {t.number for t in study.get_trials(deepcopy=False) if t.state in (TrialState.COMPLETE, TrialState.FAIL)}
+
+
+def check_study(storage: str, name: str, out: Path, target: int, kept: dict[int, tuple[float, ...]]) -> optuna.Study:
+    """What must hold after kills, resumes and lost workers: nothing lost, re-run once, logged once."""
+    study = load(storage, name)
+    assert study is not None
+    trials = study.get_trials(deepcopy=False)
+    # Nothing left dangling, and the study reached its count exactly (one driver: no overshoot).
+    assert not [t.number for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    assert len(launched_complete(study)) == target
+    # Every trial that was COMPLETE at some kill is still COMPLETE with the same values.
+    now = {t.number: tuple(t.values) for t in trials if t.state == TrialState.COMPLETE}
+    lost = {n: v for n, v in kept.items() if now.get(n) != v}
+    assert not lost, f"completed trials lost or changed: {lost}"
+    # Each failed trial was re-run exactly once with the same params; nothing else repeats.
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    reruns = Counter(t.user_attrs["requeued_from"] for t in trials if "requeued_from" in t.user_attrs)
+    assert sorted(reruns) == sorted(t.number for t in failed)
+    assert all(c == 1 for c in reruns.values()), reruns
+    by_number = {t.number: t for t in trials}
+    for t in trials:
+        if "requeued_from" in t.user_attrs:
+            # What the failed trial measured or, killed before its suggestions, was enqueued to.
+            orig = by_number[t.user_attrs["requeued_from"]]
+            meant = {**orig.system_attrs.get("fixed_params", {}), **orig.params}
+            # (A re-run itself killed mid-suggestion has only some params; what it was
+            # enqueued with, its fixed params, is what it would have measured.)
+            got = {**t.system_attrs.get("fixed_params", {}), **t.params}
+            assert {k: got.get(k) for k in meant} == meant, (orig.number, t.number)
+            assert t.user_attrs.get("role", "search") in (orig.user_attrs.get("role", "search"), "rejected")
+    # The trial files of every launched trial are on disk (written before tell).
+    for t in launched_complete(study):
+        assert (out / "trials" / f"{t.number:05d}" / "result.json").exists(), t.number
+    # One MLflow child run per finished Optuna trial, none twice, including after resumes.
+    numbers = mlflow_trial_numbers(f"sqlite:///{out / 'mlflow.db'}", name)
+    dupes = sorted(n for n, c in Counter(numbers).items() if c > 1)
+    assert not dupes, f"trials with more than one MLflow child run: {dupes}"
+    assert set(numbers) == finished_numbers(study)
+    return study

@@ -13,22 +13,18 @@ import random
 import signal
 import subprocess
 import time
-from collections import Counter
 from pathlib import Path
 
-import optuna
 import pytest
 import yaml
 from optuna.trial import TrialState
 
 from tests.conftest import REPO
 from tests.reliability.conftest import (
+    check_study,
     child_env,
     complete_values,
-    finished_numbers,
     launched_complete,
-    load,
-    mlflow_trial_numbers,
     noop_space,
     run_cmd,
     write_space,
@@ -54,45 +50,6 @@ def _kill_group(proc: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     proc.wait(timeout=60)
-
-
-def _check_study(storage: str, name: str, out: Path, target: int, kept: dict[int, tuple[float, ...]]) -> optuna.Study:
-    """What the issue asks after kills and resumes; shared by both tests."""
-    study = load(storage, name)
-    assert study is not None
-    trials = study.get_trials(deepcopy=False)
-    # Nothing left dangling, and the study reached its count exactly (one driver: no overshoot).
-    assert not [t.number for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
-    assert len(launched_complete(study)) == target
-    # Every trial that was COMPLETE at some kill is still COMPLETE with the same values.
-    now = {t.number: tuple(t.values) for t in trials if t.state == TrialState.COMPLETE}
-    lost = {n: v for n, v in kept.items() if now.get(n) != v}
-    assert not lost, f"completed trials lost or changed: {lost}"
-    # Each failed trial was re-run exactly once with the same params; nothing else repeats.
-    failed = [t for t in trials if t.state == TrialState.FAIL]
-    reruns = Counter(t.user_attrs["requeued_from"] for t in trials if "requeued_from" in t.user_attrs)
-    assert sorted(reruns) == sorted(t.number for t in failed)
-    assert all(c == 1 for c in reruns.values()), reruns
-    by_number = {t.number: t for t in trials}
-    for t in trials:
-        if "requeued_from" in t.user_attrs:
-            # What the failed trial measured or, killed before its suggestions, was enqueued to.
-            orig = by_number[t.user_attrs["requeued_from"]]
-            meant = {**orig.system_attrs.get("fixed_params", {}), **orig.params}
-            # (A re-run itself killed mid-suggestion has only some params; what it was
-            # enqueued with, its fixed params, is what it would have measured.)
-            got = {**t.system_attrs.get("fixed_params", {}), **t.params}
-            assert {k: got.get(k) for k in meant} == meant, (orig.number, t.number)
-            assert t.user_attrs.get("role", "search") in (orig.user_attrs.get("role", "search"), "rejected")
-    # The trial files of every launched trial are on disk (written before tell).
-    for t in launched_complete(study):
-        assert (out / "trials" / f"{t.number:05d}" / "result.json").exists(), t.number
-    # One MLflow child run per finished Optuna trial, none twice, including after resumes.
-    numbers = mlflow_trial_numbers(f"sqlite:///{out / 'mlflow.db'}", name)
-    dupes = sorted(n for n, c in Counter(numbers).items() if c > 1)
-    assert not dupes, f"trials with more than one MLflow child run: {dupes}"
-    assert set(numbers) == finished_numbers(study)
-    return study
 
 
 def test_driver_killed_at_random_points_loses_and_duplicates_nothing(ray_cluster, tmp_path):
@@ -133,7 +90,7 @@ def test_driver_killed_at_random_points_loses_and_duplicates_nothing(ray_cluster
     done = subprocess.run(run_cmd(space, out, ray_cluster), capture_output=True, text=True, timeout=600, env=child_env())
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
-    study = _check_study(storage, "crash", out, TARGET, kept)
+    study = check_study(storage, "crash", out, TARGET, kept)
     assert len(points) >= KILLS
     # The kills did hit running trials (otherwise the campaign proved little).
     assert any(t.state == TrialState.FAIL for t in study.trials), f"no kill caught a running trial: {points}"
@@ -161,7 +118,7 @@ def test_worker_killed_mid_trial_is_failed_requeued_and_replaced(ray_cluster, tm
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr[-3000:]
 
-    study = _check_study(storage, "wkill", out, target, kept)
+    study = check_study(storage, "wkill", out, target, kept)
     t = study.trials[victim_trial]
     assert t.state == TrialState.FAIL
     assert "died" in t.user_attrs["failure_reason"] and "worker" in t.user_attrs["failure_reason"]
