@@ -224,8 +224,5 @@ class TrialLoop:
 
 
 def _store(trial: optuna.Trial, record: TrialRecord) -> None:
-    """Write the record's attributes that the stored trial does not hold yet (one commit each)."""
-    stored = trial.user_attrs
-    for k, v in record.user_attrs().items():
-        if stored.get(k) != v:
-            trial.set_user_attr(k, v)
+    for k, v in record.changed_attrs(trial.user_attrs).items():
+        trial.set_user_attr(k, v)

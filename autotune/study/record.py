@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -135,6 +135,10 @@ class TrialRecord:
         if self.warnings:
             out["warnings"] = list(self.warnings)
         return out
+
+    def changed_attrs(self, stored: Mapping[str, Any]) -> dict[str, Any]:
+        """The user attributes the stored trial does not hold yet: each write is a commit."""
+        return {k: v for k, v in self.user_attrs().items() if stored.get(k) != v}
 
     @classmethod
     def from_frozen(cls, t: FrozenTrial) -> TrialRecord:

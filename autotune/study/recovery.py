@@ -107,9 +107,8 @@ def fail_and_requeue(study: optuna.Study, t: FrozenTrial, reason: str) -> bool:
     storage = study._storage
     try:
         # Attributes first: a finished trial can no longer be updated.
-        for k, v in record.user_attrs().items():
-            if t.user_attrs.get(k) != v:
-                storage.set_trial_user_attr(t._trial_id, k, v)
+        for k, v in record.changed_attrs(t.user_attrs).items():
+            storage.set_trial_user_attr(t._trial_id, k, v)
         storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
     except RuntimeError:
         return False  # another driver finished or failed it first (UpdateFinishedTrialError)
