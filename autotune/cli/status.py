@@ -45,6 +45,8 @@ def _row(r: TrialRecord, searched: list[str], front: set[int]) -> dict[str, Any]
         "early_stopped": r.early_stopped,
         "requeued_from": r.requeued_from,
         "warnings": r.warnings,
+        "elapsed_s": _clean(r.elapsed_s),
+        "gpu_time_s": _clean(r.gpu_time_s),
         "started_at": r.started_at.isoformat() if r.started_at else None,
         "finished_at": r.finished_at.isoformat() if r.finished_at else None,
         "pareto": r.number in front,
