@@ -5,27 +5,36 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.backends.base import TrialRequest
+from autotune.deploy import NOMINAL, SimProfile
 from autotune.results import TrialResult
 from autotune.sim.trial import simulate_trial
 
 
 class SimBackend:
-    """Runs each trial in-process on the simulator. Results are simulated, never measured."""
+    """Runs each trial in-process on the simulator. Results are simulated, never measured.
+
+    The server's ``env`` reaches the simulator as it would reach vLLM (the vLLM variables that
+    change memory behaviour are read from it). ``profile`` holds the simulator's constants
+    (a space's ``engine.sim_profile``; nominal by default).
+    """
 
     name = "sim"
 
-    def __init__(self, **_: Any) -> None:
-        # Nothing to hold between trials; options are accepted for interface symmetry.
-        pass
+    def __init__(self, profile: SimProfile = NOMINAL, **_: Any) -> None:
+        # Other options are accepted for interface symmetry with the other backends.
+        self.profile = profile
 
     def run_trial(self, request: TrialRequest) -> TrialResult:
+        server = request.server
         return simulate_trial(
-            request.server.model,
-            request.server.gpu,
+            server.model,
+            server.gpu,
             request.flags,
             request.workload,
             seed=request.seed,
             early_stop=request.early_stop,
+            env=server.env,
+            profile=self.profile,
         )
 
     def close(self) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from autotune.deploy.hardware import GpuSpec, get_gpu
 from autotune.deploy.model import ModelArch, resolve_model, weight_precision
+from autotune.deploy.vllm_env import VllmEnv
 from autotune.engine import EngineConfig, resolve_defaults
 from autotune.errors import UserError
 
@@ -28,6 +29,12 @@ class Deployment:
     config: EngineConfig  # every flag resolved
     precision: str  # weight precision of the linear layers
     kv_dtype_bytes: float
+    env: VllmEnv = VllmEnv()  # what vLLM's environment variables make it do
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one engine holds (tensor x pipeline parallel size)."""
+        return self.tp * self.config.parallel.pipeline_parallel_size
 
     @property
     def tp(self) -> int:
@@ -50,8 +57,10 @@ class Deployment:
         return not self.config.compilation.enforce_eager
 
 
-def resolve_deployment(model: str, gpu: str, flags: Mapping[str, Any]) -> Deployment:
-    """Resolve ``flags`` with vLLM's defaults for ``gpu``; unknown model/GPU raise UserError."""
+def resolve_deployment(model: str, gpu: str, flags: Mapping[str, Any],
+                       env: Mapping[str, str] | None = None) -> Deployment:
+    """Resolve ``flags`` with vLLM's defaults for ``gpu``, and the vLLM variables of ``env``
+    (:mod:`autotune.deploy.vllm_env`); unknown model/GPU or a bad variable raise UserError."""
     arch = resolve_model(model)
     spec = get_gpu(gpu)
     given = dict(flags)
@@ -65,4 +74,4 @@ def resolve_deployment(model: str, gpu: str, flags: Mapping[str, Any]) -> Deploy
     if kv_dtype not in _KV_DTYPE_BYTES:
         raise UserError(f"kv_cache_dtype {kv_dtype!r} is not one vLLM takes: use {', '.join(_KV_DTYPE_BYTES)}")
     precision = weight_precision(arch, config.model.quantization, config.model.dtype)
-    return Deployment(arch, spec, config, precision, _KV_DTYPE_BYTES[kv_dtype])
+    return Deployment(arch, spec, config, precision, _KV_DTYPE_BYTES[kv_dtype], VllmEnv.from_env(env))

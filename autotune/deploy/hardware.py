@@ -1,10 +1,11 @@
-"""The GPU table: memory, bandwidths and dense tensor rates, with achievable fractions.
+"""The GPU table: memory, bandwidths and dense tensor rates, as datasheets give them.
 
-Peak figures are NVIDIA datasheet numbers (dense, i.e. without 2:4 sparsity). The
-``*_eff`` factors turn peaks into what kernels achieve in practice; each is justified in
-docs/simulator.md. ``mem_total_gib`` is what ``torch.cuda.mem_get_info`` reports as the
-device total (a little under the marketing capacity: ECC and driver reservations), which
-is the ``total`` vLLM multiplies by ``gpu_memory_utilization``.
+Peak figures are NVIDIA datasheet numbers (dense, i.e. without 2:4 sparsity). What kernels
+achieve of them is uncertain, so those fractions live in the simulator's profile
+(:class:`autotune.deploy.SimProfile`), not here. ``mem_total_gib`` is what
+``torch.cuda.mem_get_info`` reports as the device total (a little under the marketing
+capacity: ECC and driver reservations), which is the ``total`` vLLM multiplies by
+``gpu_memory_utilization``.
 """
 
 from __future__ import annotations
@@ -22,20 +23,16 @@ class GpuSpec:
     bf16_tflops: float  # dense BF16 tensor-core peak
     fp8_tflops: float | None  # dense FP8 peak; None: no FP8 tensor cores (weight-only FP8 then)
     int8_tops: float  # dense INT8 tensor-core peak
-    link_gb_s: float  # GPU-to-GPU bandwidth per direction, GB/s (NVLink or PCIe)
-    link_latency_us: float  # small-message all-reduce latency with vLLM's custom all-reduce
+    link_gb_s: float  # GPU-to-GPU peak bandwidth per direction, GB/s (NVLink or PCIe)
+    link_latency_us: float  # small-message all-reduce latency with vLLM's custom all-reduce (assumed)
     source: str
-    # Achievable fractions of peak (see docs/simulator.md, "Hardware").
-    compute_eff: float = 0.70
-    hbm_eff: float = 0.85
-    link_eff: float = 0.75
 
     @property
     def mem_total_bytes(self) -> int:
         return int(self.mem_total_gib * 2**30)
 
-    def matmul_rate(self, precision: str) -> float:
-        """Achievable FLOP/s for the model's GEMMs at this weight/activation precision."""
+    def peak_matmul_flops(self, precision: str) -> float:
+        """Datasheet FLOP/s of the tensor cores the model's GEMMs run on at this precision."""
         if precision == "fp8" and self.fp8_tflops:
             peak = self.fp8_tflops
         elif precision == "int8":
@@ -44,15 +41,7 @@ class GpuSpec:
             # bf16, and weight-only formats (int4 AWQ/GPTQ, fp8 without FP8 units) that
             # dequantise to bf16 inside the kernel and run bf16 tensor cores.
             peak = self.bf16_tflops
-        return peak * 1e12 * self.compute_eff
-
-    @property
-    def hbm_rate(self) -> float:
-        return self.hbm_tb_s * 1e12 * self.hbm_eff
-
-    @property
-    def link_rate(self) -> float:
-        return self.link_gb_s * 1e9 * self.link_eff
+        return peak * 1e12
 
 
 GPUS: dict[str, GpuSpec] = {
@@ -75,9 +64,8 @@ GPUS: dict[str, GpuSpec] = {
             "NVIDIA H200 datasheet (SXM): 141 GB HBM3e at 4.8 TB/s; same Hopper compute and NVLink4 as H100 SXM",
         ),
         GpuSpec(
-            "L40S", 44.52, 0.864, 362.05, 733.0, 733.0, 25.0, 20.0,
-            "NVIDIA L40S datasheet: 48 GB GDDR6 at 864 GB/s, 362 TF BF16 dense, 733 TF FP8 dense; no NVLink, PCIe Gen4 x16 (~25 GB/s achievable per direction)",
-            link_eff=1.0,
+            "L40S", 44.52, 0.864, 362.05, 733.0, 733.0, 31.5, 20.0,
+            "NVIDIA L40S datasheet: 48 GB GDDR6 at 864 GB/s, 362 TF BF16 dense, 733 TF FP8 dense; no NVLink, PCIe Gen4 x16 (31.5 GB/s per direction)",
         ),
     ]
 }

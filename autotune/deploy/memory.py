@@ -13,37 +13,29 @@ Order of vLLM's startup (gpu_worker.py / gpu_model_runner.py) and its failure at
    "To serve at least one request with the model's max seq len ..." if one max_model_len
    request does not fit.
 5. KV tensors allocated (a torch OOM if kv_cache_memory_bytes overcommits the device).
-6. ``capture_model``: CUDA graphs, captured *after* the KV cache, in memory outside the
-   budget: a torch OOM while capturing if the headroom is too small.
+6. ``capture_model``: CUDA graphs, captured *after* the KV cache. With
+   ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`` (vLLM's default since v0.21.0) step 3 also
+   estimates the graphs' memory and takes it out of the KV cache, so they live inside the
+   budget; with ``=0`` (or older vLLM) they live outside it. A torch OOM while capturing if
+   what is physically left is too small.
 
 :func:`plan_startup` is the single code path: ``predict_startup`` returns it and the
-simulator's engine starts from it.
+simulator's engine starts from it. Every uncertain constant comes from the
+:class:`~autotune.deploy.profile.SimProfile` passed in (nominal by default).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from autotune.deploy.deployment import Deployment, resolve_deployment
+from autotune.deploy.profile import NOMINAL, SimProfile
 from autotune.results import FailureClass
 
 GiB = 2**30
-
-# --- constants (sources and reasoning in docs/simulator.md, "Startup memory") ----------
-CUDA_CONTEXT_GIB = 0.50  # CUDA 12 context + cuBLAS/cuDNN handles, allocated before vLLM's snapshot
-NON_TORCH_BASE_GIB = 0.15  # cuBLAS workspaces and allocator metadata seen as non-torch increase
-NCCL_GIB = 0.35  # NCCL channel buffers + custom all-reduce IPC buffers, TP > 1 only
-SAMPLER_COPIES = 4  # fp32 logits, softmax probs, sorted probs + int64 indices for top-p/top-k
-CG_BASE_GIB = 0.05  # graph-pool bookkeeping and static input buffers
-CG_PER_GRAPH_LAYER_MIB = 0.25  # per captured size per layer (piecewise graphs)
-# Startup time, simulated seconds.
-PROCESS_START_S = 20.0  # imports, engine-core spawn, NCCL init
-LOAD_GB_S = 2.5  # safetensors load rate per rank from local NVMe / page cache
-PROFILE_S = 3.0
-COMPILE_S = 25.0  # torch.compile (V1), cache warm
-CAPTURE_S_PER_SIZE = 0.3  # vLLM: "This usually takes 5~20 seconds"
 
 
 @dataclass(frozen=True)
@@ -57,7 +49,8 @@ class MemBreakdown:
     non_torch: float
     activation_peak: float
     kv_cache: float
-    cuda_graphs: float
+    cuda_graphs: float  # what the captured graphs hold
+    cuda_graphs_estimate: float  # what vLLM took out of the KV cache for them (0: estimate off)
     headroom: float  # what is physically left for memory vLLM did not account
 
     def as_dict(self) -> dict[str, float]:
@@ -96,53 +89,52 @@ def capture_sizes(dep: Deployment) -> tuple[int, ...]:
     return tuple(s for s in sizes if s <= cap)
 
 
-def forward_activation_bytes(dep: Deployment, tokens: int) -> int:
-    return tokens * dep.arch.activation_bytes_per_token(dep.tp)
+def activation_bytes_per_token(dep: Deployment, profile: SimProfile) -> float:
+    return dep.arch.activation_bytes_per_token(dep.tp) * profile.activation_scale
 
 
-def sampler_bytes(dep: Deployment, seqs: int) -> int:
+def sampler_bytes_per_row(dep: Deployment, profile: SimProfile) -> float:
     # Logits are gathered to the full vocabulary and sampled in fp32.
-    return seqs * dep.arch.vocab_size * 4 * SAMPLER_COPIES
+    return dep.arch.vocab_size * 4 * profile.sampler_copies
 
 
-def profiled_activation_peak(dep: Deployment) -> int:
+def profiled_activation_peak(dep: Deployment, profile: SimProfile) -> int:
     """Torch peak of ``profile_run``: a forward over max_num_batched_tokens, then a sampler
     pass over max_num_seqs rows while the hidden states are still held."""
     sched = dep.config.scheduler
-    fwd = forward_activation_bytes(dep, sched.max_num_batched_tokens)
+    fwd = sched.max_num_batched_tokens * activation_bytes_per_token(dep, profile)
     hidden = sched.max_num_batched_tokens * dep.arch.hidden_size * 2
-    return max(fwd, hidden + sampler_bytes(dep, sched.max_num_seqs))
+    return int(max(fwd, hidden + sched.max_num_seqs * sampler_bytes_per_row(dep, profile)))
 
 
-def non_torch_bytes(dep: Deployment) -> int:
-    gib = NON_TORCH_BASE_GIB + (NCCL_GIB if dep.tp > 1 else 0.0)
+def non_torch_bytes(dep: Deployment, profile: SimProfile) -> int:
+    gib = profile.non_torch_gib + (profile.nccl_gib if dep.tp > 1 else 0.0)
     return int(gib * GiB)
 
 
-def cuda_graph_bytes(dep: Deployment, sizes: tuple[int, ...]) -> int:
+def cuda_graph_bytes(dep: Deployment, sizes: tuple[int, ...], profile: SimProfile) -> int:
     if not sizes:
         return 0
-    per_graph = len(sizes) * dep.arch.num_layers * CG_PER_GRAPH_LAYER_MIB * 2**20
+    per_graph = len(sizes) * dep.arch.num_layers * profile.cudagraph_per_graph_layer_mib * 2**20
     # The graph pool holds the activations of the largest captured batch (shared by all).
-    return int(CG_BASE_GIB * GiB + per_graph + forward_activation_bytes(dep, max(sizes)))
+    return int(profile.cudagraph_base_gib * GiB + per_graph + max(sizes) * activation_bytes_per_token(dep, profile))
 
 
-def startup_seconds(dep: Deployment, n_sizes: int) -> float:
-    load = dep.arch.weight_bytes_per_gpu(dep.precision, dep.tp) / (LOAD_GB_S * 1e9)
-    compile_s = COMPILE_S if dep.cuda_graphs else 0.0
-    return PROCESS_START_S + load + PROFILE_S + compile_s + CAPTURE_S_PER_SIZE * n_sizes
+def _load_s(dep: Deployment, profile: SimProfile) -> float:
+    return dep.arch.weight_bytes_per_gpu(dep.precision, dep.tp) / (profile.load_gb_s * 1e9)
 
 
-def _seconds_until(dep: Deployment, n_sizes: int, stage: str) -> float:
+def _seconds_until(dep: Deployment, n_sizes: int, stage: str, profile: SimProfile) -> float:
     """Simulated seconds from launch until ``stage`` (ready, or where startup failed)."""
+    p = profile
     if stage == "args":
-        return 5.0  # argument validation fails before any GPU work
+        return p.arg_check_s  # argument validation fails before any GPU work
     if stage == "init":
-        return PROCESS_START_S
-    load = dep.arch.weight_bytes_per_gpu(dep.precision, dep.tp) / (LOAD_GB_S * 1e9)
+        return p.process_start_s
     if stage in ("load", "profile"):
-        return PROCESS_START_S + load + (PROFILE_S if stage == "profile" else 0.0)
-    return startup_seconds(dep, n_sizes)
+        return p.process_start_s + _load_s(dep, p) + (p.profile_s if stage == "profile" else 0.0)
+    compile_s = p.compile_s if dep.cuda_graphs else 0.0
+    return p.process_start_s + _load_s(dep, p) + p.profile_s + compile_s + p.capture_s_per_size * n_sizes
 
 
 def _gib(b: float) -> float:
@@ -182,17 +174,20 @@ def _invalid(dep: Deployment) -> str | None:
 
 
 # --- the plan -----------------------------------------------------------------------------
-def plan_startup(dep: Deployment) -> StartupPrediction:
+def plan_startup(dep: Deployment, profile: SimProfile = NOMINAL) -> StartupPrediction:
     """Replay vLLM's startup accounting for ``dep``; the first failing step ends it."""
     total = dep.gpu.mem_total_bytes
     gmu = dep.config.cache.gpu_memory_utilization
-    ctx = int(CUDA_CONTEXT_GIB * GiB)
+    ctx = int(profile.cuda_context_gib * GiB)
     weights = dep.arch.weight_bytes_per_gpu(dep.precision, dep.tp)
-    non_torch = non_torch_bytes(dep)
-    act = profiled_activation_peak(dep)
+    non_torch = non_torch_bytes(dep, profile)
+    act = profiled_activation_peak(dep, profile)
     sizes = capture_sizes(dep)
-    cg = cuda_graph_bytes(dep, sizes)
+    cg = cuda_graph_bytes(dep, sizes, profile)
     kv_override = dep.config.cache.kv_cache_memory_bytes
+    # vLLM returns before profiling when kv_cache_memory_bytes is set: no estimate then.
+    cg_estimate = int(cg * profile.cudagraph_estimate_ratio) if dep.env.estimate_cudagraphs and kv_override is None \
+        else 0
     requested = total * gmu
     log: list[str] = []
 
@@ -204,13 +199,13 @@ def plan_startup(dep: Deployment) -> StartupPrediction:
         mem = MemBreakdown(
             total=_gib(total), budget=_gib(budget), cuda_context=_gib(ctx), weights=_gib(weights),
             non_torch=_gib(non_torch), activation_peak=_gib(act), kv_cache=_gib(kv_bytes),
-            cuda_graphs=_gib(graphs), headroom=_gib(headroom),
+            cuda_graphs=_gib(graphs), cuda_graphs_estimate=_gib(cg_estimate), headroom=_gib(headroom),
         )
         tokens = blocks * dep.block_size
         blocks_per_req = math.ceil(dep.max_model_len / dep.block_size)
         conc = (blocks - 1) / blocks_per_req if blocks else 0.0
         return StartupPrediction(ok, reason, cls, tokens, blocks, mem,
-                                 _seconds_until(dep, len(sizes), stage), conc, sizes, log)
+                                 _seconds_until(dep, len(sizes), stage, profile), conc, sizes, log)
 
     bad = _invalid(dep)
     if bad:
@@ -231,8 +226,12 @@ def plan_startup(dep: Deployment) -> StartupPrediction:
         return result(False, _torch_oom(dep, act, free - weights - non_torch) + " (during profile_run)",
                       FailureClass.STARTUP_OOM, stage="profile")
 
-    available = kv_override if kv_override is not None else int(requested - (weights + non_torch + act))
+    available = kv_override if kv_override is not None else int(requested - (weights + non_torch + act) - cg_estimate)
     log.append(f"Available KV cache memory: {_gib(available):.2f} GiB")
+    if cg_estimate:
+        log.append(f"CUDA graph memory profiling is enabled (default since v0.21.0). The current "
+                   f"--gpu-memory-utilization={gmu:.4f} is equivalent to --gpu-memory-utilization="
+                   f"{gmu - cg_estimate / total:.4f} without CUDA graph memory profiling.")
     conserve = " See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
     if available <= 0:
         return result(False, "No available memory for the cache blocks. Try increasing "
@@ -265,13 +264,20 @@ def plan_startup(dep: Deployment) -> StartupPrediction:
                       + " (while capturing CUDA graphs; consider --enforce-eager or a lower "
                       "gpu_memory_utilization)", FailureClass.STARTUP_OOM, kv_bytes, blocks, cg, stage="ready")
     if sizes:
-        log.append(f"Graph capturing finished in {CAPTURE_S_PER_SIZE * len(sizes):.0f} secs, took {_gib(cg):.2f} GiB")
+        log.append(f"Graph capturing finished in {profile.capture_s_per_size * len(sizes):.0f} secs, "
+                   f"took {_gib(cg):.2f} GiB")
+    if cg_estimate:
+        log.append(f"CUDA graph pool memory: {_gib(cg):.2f} GiB (actual), {_gib(cg_estimate):.2f} GiB (estimated), "
+                   f"difference: {_gib(abs(cg - cg_estimate)):.2f} GiB")
     return result(True, "", FailureClass.NONE, kv_bytes, blocks, cg)
 
 
-def predict_startup(model: str, gpu: str, flags: dict[str, Any]) -> StartupPrediction:
-    """Whether vLLM would start with ``flags`` on ``gpu``, and its memory, without simulating.
+def predict_startup(model: str, gpu: str, flags: Mapping[str, Any], env: Mapping[str, str] | None = None,
+                    profile: SimProfile = NOMINAL) -> StartupPrediction:
+    """Whether vLLM would start with ``flags`` (and the vLLM variables of ``env``) on ``gpu``,
+    and its memory, without simulating.
 
-    Exactly the accounting the simulator's startup uses. Unknown model/GPU raise UserError.
+    Exactly the accounting the simulator's startup uses, with the nominal profile unless
+    told otherwise. Unknown model/GPU raise UserError.
     """
-    return plan_startup(resolve_deployment(model, gpu, flags))
+    return plan_startup(resolve_deployment(model, gpu, flags, env), profile)

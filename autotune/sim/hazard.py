@@ -1,9 +1,11 @@
 """Runtime OOM hazard: memory vLLM did not account for, against the physical headroom.
 
 vLLM sizes the KV cache so that weights + profiled peak + KV fill ``gpu_memory_utilization``
-of the GPU; CUDA graphs and the CUDA context then live in what is left. During serving,
-each step needs memory the profile did not see:
+of the GPU; the CUDA context (and, with the graph estimate off, CUDA graphs) live in what is
+left. During serving, each step needs memory the profile did not see:
 
+* ``extra``: the step's certain excess over the profiled peak (prompt logprobs, sampler
+  logprobs: :mod:`autotune.sim.step_memory`);
 * ``fixed``: lazily created buffers (NCCL algorithm/protocol buffers for new message sizes,
   cuBLAS workspaces for new GEMM shapes), a constant per engine;
 * allocator fragmentation: PyTorch's caching allocator rounds and splits blocks, so the
@@ -12,12 +14,12 @@ each step needs memory the profile did not see:
   excess as ``frag_frac * act_step * Z`` with Z log-normal (median 1): steps with other
   shapes than before make the allocator carve new segments.
 
-A step OOMs when ``fixed + frag_frac * act_step * Z > headroom``; per step
+A step OOMs when ``extra + fixed + frag_frac * act_step * Z > headroom``; per step
 
-    p = P(Z > (headroom - fixed) / (frag_frac * act_step)) = Q(ln(ratio) / sigma),
+    p = 1 if extra + fixed >= headroom, else Q(ln((headroom - fixed - extra) / (frag_frac * act_step)) / sigma),
 
-independent between steps, so k identical steps survive with (1 - p)^k. The parameters
-and their justification are in docs/simulator.md ("Runtime OOM hazard").
+independent between steps, so k identical steps survive with (1 - p)^k. The constants are
+the profile's (:class:`autotune.deploy.SimProfile`); docs/simulator.md gives their reasoning.
 """
 
 from __future__ import annotations
@@ -26,22 +28,24 @@ import math
 import random
 from dataclasses import dataclass
 
-GiB = 2**30
+from autotune.deploy import SimProfile
 
-FIXED_GIB = 0.15
-FRAG_FRAC = 0.25
-SIGMA = 0.6
+GiB = 2**30
 
 
 @dataclass(frozen=True)
 class Hazard:
     headroom_bytes: float
-    fixed_bytes: float = FIXED_GIB * GiB
-    frag_frac: float = FRAG_FRAC
-    sigma: float = SIGMA
+    fixed_bytes: float
+    frag_frac: float
+    sigma: float
 
-    def p_step(self, act_bytes: float) -> float:
-        margin = self.headroom_bytes - self.fixed_bytes
+    @classmethod
+    def from_profile(cls, headroom_bytes: float, profile: SimProfile) -> Hazard:
+        return cls(headroom_bytes, profile.lazy_buffers_gib * GiB, profile.frag_frac, profile.frag_sigma)
+
+    def p_step(self, act_bytes: float, extra_bytes: float = 0.0) -> float:
+        margin = self.headroom_bytes - self.fixed_bytes - extra_bytes
         if margin <= 0:
             return 1.0
         scale = self.frag_frac * act_bytes

@@ -2,8 +2,10 @@
 
 Blocks are counted, not materialised: the simulator needs how many are free and which
 shared-prefix blocks are cached, not their contents. A block's hash identifies its tokens
-and all tokens before it, so the only blocks two different requests can share are the
-full blocks of the common system prompt, keyed here by their position ``j``.
+and all tokens before it; a request carries the identities (``SimRequest.block_keys``) of
+the leading KV blocks it could share with another request, derived from the workload's
+explicit prefix blocks (a system prompt, a trace's ``hash_ids``), so two requests share
+exactly the blocks whose whole token history they have in common. Other blocks are plain.
 
 Freed blocks go to an LRU free queue and keep their hash until reused, so a later request
 can still hit them; allocation takes never-hashed blocks first, then evicts the least
@@ -26,8 +28,8 @@ class BlockPool:
         self.block_size = block_size
         self.prefix_caching = prefix_caching
         self.free_plain = self.capacity  # free and never hashed (or hash dropped)
-        self.cached_free: OrderedDict[int, None] = OrderedDict()  # free prefix blocks, LRU order
-        self.refs: dict[int, int] = {}  # prefix block j -> requests holding it
+        self.cached_free: OrderedDict[object, None] = OrderedDict()  # free prefix blocks, LRU order
+        self.refs: dict[object, int] = {}  # prefix block identity -> requests holding it
         # vLLM's prefix-cache counters, in tokens (see record_lookup).
         self.hits = 0
         self.queries = 0
@@ -42,11 +44,14 @@ class BlockPool:
 
     def lookup(self, req: SimRequest) -> int:
         """Leading prefix blocks of ``req`` already cached (in use or free). At least one
-        token must still be computed to produce logits, so a full-prompt hit is cut by one."""
-        if not self.prefix_caching or req.prefix_blocks == 0:
+        token must still be computed to produce logits, so a full-prompt hit is cut by one.
+        A request that skips reading the cache (prompt logprobs) hits nothing."""
+        keys = req.block_keys
+        if not self.prefix_caching or not keys or not req.reads_cache:
             return 0
+        refs, cached = self.refs, self.cached_free
         k = 0
-        while k < req.prefix_blocks and (k in self.refs or k in self.cached_free):
+        while k < len(keys) and (keys[k] in refs or keys[k] in cached):
             k += 1
         return min(k, (req.num_tokens - 1) // self.block_size)
 
@@ -55,7 +60,7 @@ class BlockPool:
         cached prefix taken by reference (cached-but-free hits also leave the free queue)."""
         held = req.blocks_held + hit_blocks
         need = self.blocks_for(req.num_computed + hit_blocks * self.block_size + new_tokens) - held
-        free_hits = sum(1 for j in range(hit_blocks) if j in self.cached_free)
+        free_hits = sum(1 for key in req.block_keys[:hit_blocks] if key in self.cached_free)
         return max(need, 0) + free_hits
 
     # --- mutations ---------------------------------------------------------------------
@@ -63,16 +68,17 @@ class BlockPool:
         """Count an admitted request's lookup as vLLM 0.32's ``vllm:prefix_cache_queries`` and
         ``_hits`` do (``KVCacheManager.record_prefix_cache_stats``, called at admission):
         queries are the tokens looked up, hits the cached ones. With prefix caching off
-        nothing is looked up; a preempted request's new lookup goes to separate counters."""
-        if self.prefix_caching and not req.preempted:
+        nothing is looked up, nor for a request that skips reading the cache (prompt logprobs);
+        a preempted request's new lookup goes to separate counters."""
+        if self.prefix_caching and req.reads_cache and not req.preempted:
             self.queries += req.num_tokens
             self.hits += hit_blocks * self.block_size
 
     def take_hits(self, req: SimRequest, k: int) -> None:
-        for j in range(k):
-            if j in self.cached_free:
-                del self.cached_free[j]
-            self.refs[j] = self.refs.get(j, 0) + 1
+        for key in req.block_keys[:k]:
+            if key in self.cached_free:
+                del self.cached_free[key]
+            self.refs[key] = self.refs.get(key, 0) + 1
         req.shared_held = k
         req.num_computed = k * self.block_size
         # Blocks after a hit were computed by someone else: this request's copy of any
@@ -103,23 +109,23 @@ class BlockPool:
             return
         full = min(req.num_computed // self.block_size, req.prefix_blocks)
         while req.shared_held < full:
-            j = req.shared_held
-            if j in self.refs or j in self.cached_free:
+            key = req.block_keys[req.shared_held]
+            if key in self.refs or key in self.cached_free:
                 req.may_register = False  # a duplicate: stays private
                 return
-            self.refs[j] = 1
+            self.refs[key] = 1
             req.shared_held += 1
             req.private_blocks -= 1
 
     def free(self, req: SimRequest) -> None:
         """Release all of ``req``'s blocks (finished, preempted, or the engine died)."""
         self.free_plain += req.private_blocks
-        for j in range(req.shared_held - 1, -1, -1):  # reverse: the tail is evicted first
-            n = self.refs[j] - 1
+        for key in reversed(req.block_keys[: req.shared_held]):  # reverse: the tail is evicted first
+            n = self.refs[key] - 1
             if n:
-                self.refs[j] = n
+                self.refs[key] = n
             else:
-                del self.refs[j]
-                self.cached_free[j] = None
+                del self.refs[key]
+                self.cached_free[key] = None
         req.shared_held = 0
         req.private_blocks = 0

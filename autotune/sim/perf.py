@@ -7,21 +7,19 @@
 
 FLOPs: decoder GEMMs (2 x params/TP per token), LM head per sequence, attention
 (4 x heads/TP x head_dim x new x context). Bytes: all weights of the rank once per step,
-the KV read by attention and the KV written. Every constant is in docs/simulator.md.
+the KV read by attention and the KV written. Every uncertain constant (efficiencies,
+latencies, overheads) comes from the :class:`~autotune.deploy.SimProfile`; docs/simulator.md
+gives each one's reasoning.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autotune.deploy import Deployment
+from autotune.deploy import Deployment, SimProfile
 from autotune.deploy.memory import capture_sizes
 
 EAGER_KERNELS_PER_LAYER = 14  # norms, qkv, rope, attention, o, 2 all-reduces, gate_up, act, down, adds
-LAUNCH_US = 4.0  # per kernel, CPU dispatch through PyTorch eager + lost torch.compile fusion
-CPU_STEP_US = 1000.0  # V1 scheduler, input preparation, output processing per step
-CPU_SEQ_US = 10.0  # per scheduled sequence (block tables, sampling params, detokenisation)
-NCCL_LATENCY_US = 20.0  # small-message NCCL ring all-reduce latency (custom all-reduce off)
 
 
 @dataclass(frozen=True)
@@ -34,13 +32,13 @@ class StepCost:
 
 
 class PerfModel:
-    def __init__(self, dep: Deployment) -> None:
-        a, g, tp = dep.arch, dep.gpu, dep.tp
+    def __init__(self, dep: Deployment, profile: SimProfile) -> None:
+        a, g, tp, p = dep.arch, dep.gpu, dep.tp, profile
         self.dep = dep
-        self.rate = g.matmul_rate(dep.precision)
+        self.rate = g.peak_matmul_flops(dep.precision) * p.compute_eff
         # Attention runs in the KV cache's dtype on bf16 tensor cores.
-        self.attn_rate = g.matmul_rate("bf16")
-        self.bw = g.hbm_rate
+        self.attn_rate = g.peak_matmul_flops("bf16") * p.compute_eff
+        self.bw = g.hbm_tb_s * 1e12 * p.hbm_eff
         self.weight_bytes = a.weight_bytes_per_gpu(dep.precision, tp)
         self.kv_tok = dep.kv_bytes_per_token
         self.gemm_flops_tok = a.matmul_flops_per_token(tp)
@@ -52,9 +50,12 @@ class PerfModel:
         sizes = capture_sizes(dep)
         self.max_graph_batch = max(sizes) if sizes else 0
         custom_ar = not dep.config.parallel.disable_custom_all_reduce
-        self.ar_latency = (g.link_latency_us if custom_ar else NCCL_LATENCY_US) * 1e-6
-        self.link = g.link_rate
-        self.launch_s = self.layers * EAGER_KERNELS_PER_LAYER * LAUNCH_US * 1e-6
+        self.ar_latency = (g.link_latency_us * p.link_latency_scale if custom_ar else p.nccl_latency_us) * 1e-6
+        self.link = g.link_gb_s * 1e9 * p.link_eff
+        self.launch_s = self.layers * EAGER_KERNELS_PER_LAYER * p.eager_launch_us * 1e-6
+        self.piecewise_frac = p.piecewise_launch_frac
+        self.cpu_step_s = p.cpu_step_us * 1e-6
+        self.cpu_seq_s = p.cpu_seq_us * 1e-6
 
     def all_reduce_s(self, tokens: int) -> float:
         if self.tp == 1:
@@ -65,18 +66,20 @@ class PerfModel:
 
     def fixed_s(self, tokens: int, seqs: int, decode_only: bool) -> float:
         # CUDA graphs replay whole decode batches up to the largest captured size; mixed
-        # prefill batches run piecewise graphs (attention outside), so they pay about half.
+        # prefill batches run piecewise graphs (attention outside), so they pay part of it.
         if self.max_graph_batch and decode_only and seqs <= self.max_graph_batch:
             launch = 0.0
         elif self.max_graph_batch and tokens <= self.max_graph_batch:
-            launch = 0.5 * self.launch_s
+            launch = self.piecewise_frac * self.launch_s
         else:
             launch = self.launch_s
-        return self.all_reduce_s(tokens) + launch + (CPU_STEP_US + CPU_SEQ_US * seqs) * 1e-6
+        return self.all_reduce_s(tokens) + launch + self.cpu_step_s + self.cpu_seq_s * seqs
 
-    def cost(self, tokens: int, seqs: int, attn_work: float, kv_read_tokens: int, decode_only: bool) -> StepCost:
-        """``attn_work`` = sum over sequences of new x (context_before + (new + 1) / 2)."""
-        flops_gemm = self.gemm_flops_tok * tokens + self.lm_flops_seq * seqs
+    def cost(self, tokens: int, seqs: int, attn_work: float, kv_read_tokens: int, decode_only: bool,
+             logit_rows: int = 0) -> StepCost:
+        """``attn_work`` = sum over sequences of new x (context_before + (new + 1) / 2);
+        ``logit_rows``: prompt rows the LM head also runs over (prompt logprobs)."""
+        flops_gemm = self.gemm_flops_tok * tokens + self.lm_flops_seq * (seqs + logit_rows)
         flops = flops_gemm + self.attn_coef * attn_work * (self.rate / self.attn_rate)
         byts = self.weight_bytes + self.kv_tok * (kv_read_tokens + tokens)
         return StepCost(flops, byts, self.fixed_s(tokens, seqs, decode_only))

@@ -29,6 +29,10 @@ class StepPlan:
     attn_work: float = 0.0  # sum of new x (context_before + (new + 1) / 2)
     kv_read: int = 0  # cached tokens attention reads
     decode_only: bool = True
+    # Prompt rows scheduled for each request with prompt logprobs (vLLM V1's num_logits: the
+    # chunk, less the last prompt token, which predicts the first output token).
+    plp_rows: list[int] = field(default_factory=list)
+    logprobs: bool = False  # some request samples with logprobs
 
     def add(self, req: SimRequest, n: int) -> None:
         ctx = req.num_computed
@@ -38,6 +42,10 @@ class StepPlan:
         self.kv_read += ctx
         if n != 1 or req.num_tokens - req.num_computed != 1:
             self.decode_only = False
+        if req.prompt_logprobs:
+            self.plp_rows.append(max(0, min(n, req.prompt_len - 1 - ctx)))
+        if req.logprobs:
+            self.logprobs = True
 
 
 class Scheduler:
@@ -129,6 +137,8 @@ class Scheduler:
             req.num_computed += n
             if req.prefix_blocks > req.shared_held:
                 pool.register_computed(req)
+            if req.prompt_logprobs and req.num_computed >= req.prompt_len:
+                req.prompt_logprobs = False  # done; not again after a preemption (vLLM V1 and V2)
             if req.num_computed == req.num_tokens:
                 req.generated += 1
                 if req.first_token_s is None:

@@ -9,19 +9,20 @@ import numpy as np
 import pytest
 
 from autotune.backends import ServerSpec, TrialRequest, get_backend
-from autotune.deploy import plan_startup, resolve_deployment
+from autotune.deploy import NOMINAL, plan_startup, resolve_deployment
 from autotune.early_stop import EarlyStopRule, p99_rank_bound
 from autotune.results import FailureClass, RequestStatus, TrialStatus
 from autotune.sim import simulate_trial
 from autotune.sim.hazard import Hazard
 from autotune.workload import generate_trace
-from tests.sim.conftest import A100, QWEN72B, chat_workload, qwen_flags
+from tests.sim.conftest import A100, GRAPHS_OUTSIDE, QWEN72B, chat_workload, qwen_flags
 
 OK = RequestStatus.OK
 
 
-def run(workload, seed=0, early_stop=None, model=QWEN72B, gpu=A100, **over):
-    return simulate_trial(model, gpu, qwen_flags(**over) if model == QWEN72B else over, workload, seed, early_stop)
+def run(workload, seed=0, early_stop=None, model=QWEN72B, gpu=A100, env=None, profile=NOMINAL, **over):
+    return simulate_trial(model, gpu, qwen_flags(**over) if model == QWEN72B else over, workload, seed, early_stop,
+                          env=env, profile=profile)
 
 
 def test_same_seed_same_result_other_seed_other_noise(workload):
@@ -62,7 +63,8 @@ def test_per_request_accounting_adds_up(workload):
 
 
 def _mean_preemptions(wl, seeds=range(4), **over) -> float:
-    return sum(run(wl, seed=s, enable_prefix_caching=False, **over).preemptions for s in seeds) / len(seeds)
+    return sum(run(wl, seed=s, enable_prefix_caching=False, env=GRAPHS_OUTSIDE, **over).preemptions
+               for s in seeds) / len(seeds)
 
 
 def test_more_kv_memory_never_gives_more_preemptions():
@@ -88,15 +90,17 @@ def test_enforce_eager_raises_tpot(workload):
 
 def test_enforce_eager_lowers_oom_hazard():
     for gmu in (0.95, 0.97, 0.975):
-        g = plan_startup(resolve_deployment(QWEN72B, A100, qwen_flags(gpu_memory_utilization=gmu)))
-        e = plan_startup(resolve_deployment(QWEN72B, A100, qwen_flags(gpu_memory_utilization=gmu, enforce_eager=True)))
+        g = plan_startup(resolve_deployment(QWEN72B, A100, qwen_flags(gpu_memory_utilization=gmu), GRAPHS_OUTSIDE))
+        e = plan_startup(resolve_deployment(QWEN72B, A100, qwen_flags(gpu_memory_utilization=gmu, enforce_eager=True),
+                                            GRAPHS_OUTSIDE))
         assert e.mem.headroom > g.mem.headroom
         for act in (2**24, 2**28, 2**30):
-            assert Hazard(e.mem.headroom * 2**30).p_step(act) <= Hazard(g.mem.headroom * 2**30).p_step(act)
+            assert Hazard.from_profile(e.mem.headroom * 2**30, NOMINAL).p_step(act) <= \
+                Hazard.from_profile(g.mem.headroom * 2**30, NOMINAL).p_step(act)
     # And in a whole trial at the edge of the feasible region.
     wl = chat_workload(300)  # 1024-token shared prompt, recomputed: prefill is most of the work
-    cg = run(wl, gpu_memory_utilization=0.975, enable_prefix_caching=False)
-    ee = run(wl, gpu_memory_utilization=0.975, enable_prefix_caching=False, enforce_eager=True)
+    cg = run(wl, gpu_memory_utilization=0.975, enable_prefix_caching=False, env=GRAPHS_OUTSIDE)
+    ee = run(wl, gpu_memory_utilization=0.975, enable_prefix_caching=False, enforce_eager=True, env=GRAPHS_OUTSIDE)
     assert cg.metrics()["oom_per_1k"] > ee.metrics()["oom_per_1k"]
 
 
@@ -119,8 +123,10 @@ def test_prefix_caching_does_nothing_without_a_shared_prefix():
 
 
 def test_runtime_oom_semantics():
+    """Noise off, so that every restart takes the first start's time."""
     wl = chat_workload(400, max_restarts=2)
-    res = run(wl, gpu_memory_utilization=0.975, enable_prefix_caching=False)
+    res = run(wl, gpu_memory_utilization=0.975, enable_prefix_caching=False, env=GRAPHS_OUTSIDE,
+              profile=NOMINAL.without_noise())
     assert res.status == TrialStatus.OK
     assert res.crashes >= 1 and res.failure_class == FailureClass.RUNTIME_OOM
     assert res.failure_reason.startswith("torch.OutOfMemoryError: CUDA out of memory.")
@@ -139,7 +145,7 @@ def test_runtime_oom_semantics():
 
 def test_early_stop_marks_unsent_not_run_and_stops_the_clock(workload):
     # The rule stops only trials worse on both objectives, so this one must have OOMs.
-    over = dict(gpu_memory_utilization=0.975, enable_prefix_caching=False)
+    over = dict(gpu_memory_utilization=0.975, enable_prefix_caching=False, env=GRAPHS_OUTSIDE)
     full = run(workload, **over)
     assert full.metrics()["oom_per_1k"] > 0
     rule = EarlyStopRule(front=((0.0, 0.5),), min_requests=50)

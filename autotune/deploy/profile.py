@@ -1,0 +1,163 @@
+"""The simulator's uncertain constants, in one place: :class:`SimProfile`.
+
+Every constant of the startup memory model and the simulator that docs/simulator.md marks
+as an assumption (or that a calibration could fit) is a field here, with its nominal value
+and a plausible range. Nothing reads a module global at step time: a profile is passed
+explicitly to :func:`autotune.deploy.plan_startup` / ``predict_startup`` and to the
+simulator, so two profiles can be compared in one process.
+
+Why one object: issue 12 needs "truths" (the simulator with its unknowns drawn within their
+ranges, :meth:`SimProfile.perturbed`) that autotune's own model, the nominal profile, never
+sees, and a calibration that writes a profile file (:meth:`save`, :meth:`load`) that
+``autotune simulate --profile`` and the sim backend (``engine.sim_profile``) read back.
+
+Table facts (GPU datasheet peaks, model shapes) are not here: they are sourced. Where a
+table holds an assumed per-GPU value (the custom all-reduce latency), the profile holds a
+scale factor for it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autotune.errors import UserError
+
+
+def _c(nominal: float, low: float, high: float, doc: str) -> Any:
+    """A profile constant: nominal value, plausible range [low, high], what it stands for."""
+    assert 0 < low <= nominal <= high, (nominal, low, high)
+    return field(default=nominal, metadata={"range": (low, high), "doc": doc})
+
+
+@dataclass(frozen=True)
+class SimProfile:
+    """The simulator's uncertain constants (units in the names). ``SimProfile()`` is nominal.
+
+    Ranges are plausible bounds, not confidence intervals; docs/simulator.md says where each
+    nominal value comes from. ``noise`` switches the run-to-run variation (and every other
+    timing jitter) off, for ground truths; it is not a constant and is never perturbed.
+    """
+
+    # --- achievable fractions of datasheet peaks (docs/simulator.md, "Hardware") ----------
+    compute_eff: float = _c(0.70, 0.55, 0.85, "achieved fraction of dense tensor-core peak in GEMMs")
+    hbm_eff: float = _c(0.85, 0.75, 0.92, "achieved fraction of peak HBM bandwidth")
+    link_eff: float = _c(0.75, 0.60, 0.90, "achieved all-reduce bus bandwidth / per-direction link peak")
+    link_latency_scale: float = _c(1.0, 0.5, 2.0, "scale of the GPU table's custom all-reduce latency")
+    nccl_latency_us: float = _c(20.0, 10.0, 40.0, "small-message NCCL all-reduce latency")
+    # --- overheads around the roofline (docs/simulator.md, "Step time") -------------------
+    eager_launch_us: float = _c(4.0, 2.0, 8.0, "per kernel launch without CUDA graphs (14 kernels per layer)")
+    piecewise_launch_frac: float = _c(0.5, 0.25, 0.75, "launch cost left on mixed batches under piecewise graphs")
+    cpu_step_us: float = _c(1000.0, 500.0, 2000.0, "V1 scheduler, input preparation, output processing per step")
+    cpu_seq_us: float = _c(10.0, 5.0, 20.0, "CPU cost per scheduled sequence per step")
+    api_base_s: float = _c(1.0e-3, 5.0e-4, 2.0e-3, "HTTP + API server per request, before the engine queue")
+    api_per_prompt_token_s: float = _c(1.0e-6, 5.0e-7, 2.0e-6, "tokenisation per prompt token")
+    # --- startup memory (docs/simulator.md, "Startup memory") -----------------------------
+    cuda_context_gib: float = _c(0.50, 0.35, 0.80, "CUDA context + library handles, outside vLLM's budget")
+    non_torch_gib: float = _c(0.15, 0.05, 0.40, "non-torch increase seen by the profile (cuBLAS, allocator)")
+    nccl_gib: float = _c(0.35, 0.15, 0.70, "NCCL + custom all-reduce buffers at TP > 1, inside the budget")
+    activation_scale: float = _c(1.0, 0.8, 1.5, "scale of the forward activation bytes per token")
+    sampler_copies: float = _c(4.0, 2.0, 6.0, "fp32 [rows, vocab] copies the sampler holds at its peak")
+    cudagraph_base_gib: float = _c(0.05, 0.02, 0.20, "graph pool bookkeeping and static buffers")
+    cudagraph_per_graph_layer_mib: float = _c(0.25, 0.10, 0.50, "graph memory per captured size per layer")
+    cudagraph_estimate_ratio: float = _c(1.0, 0.9, 1.5, "vLLM's CUDA-graph memory estimate / actual (estimate on)")
+    # --- runtime OOM hazard (docs/simulator.md, "Runtime memory per step") ----------------
+    lazy_buffers_gib: float = _c(0.15, 0.05, 0.40, "buffers created lazily while serving (NCCL, cuBLAS)")
+    frag_frac: float = _c(0.25, 0.10, 0.50, "median allocator overhead per byte of a step's transient tensors")
+    frag_sigma: float = _c(0.6, 0.4, 0.9, "log-space spread of that overhead")
+    # --- startup time (docs/simulator.md, "Startup time") --------------------------------
+    process_start_s: float = _c(20.0, 10.0, 40.0, "imports, engine-core spawn, NCCL init")
+    load_gb_s: float = _c(2.5, 1.0, 5.0, "weight load rate per rank, GB/s")
+    profile_s: float = _c(3.0, 1.0, 6.0, "profile_run")
+    compile_s: float = _c(25.0, 10.0, 60.0, "torch.compile with a warm cache (not with enforce_eager)")
+    capture_s_per_size: float = _c(0.3, 0.1, 0.5, "CUDA graph capture per captured size")
+    arg_check_s: float = _c(5.0, 2.0, 10.0, "until vLLM rejects a bad argument")
+    # --- measurement noise (docs/simulator.md, "Noise") ----------------------------------
+    step_jitter_sigma: float = _c(0.03, 0.01, 0.06, "log-normal jitter of one step's time")
+    api_jitter_sigma: float = _c(0.5, 0.3, 0.8, "log-normal jitter of the API-server delay")
+    run_speed_sigma: float = _c(0.03, 0.01, 0.08, "log-normal speed factor drawn per server start")
+    startup_sigma: float = _c(0.10, 0.05, 0.20, "log-normal startup-time factor drawn per server start")
+    noise: bool = True
+
+    # --- draws and files -------------------------------------------------------------------
+    def perturbed(self, seed: int) -> SimProfile:
+        """A "truth": every constant drawn independently and log-uniformly within its range.
+
+        Log-uniform because the constants are scales whose uncertainty is a factor, not an
+        offset. Deterministic in ``seed`` (sha512 string seeding, independent of
+        PYTHONHASHSEED); ``noise`` is kept. The nominal value is not the range's centre.
+        """
+        rng = random.Random(f"autotune-sim-profile/{seed}")
+        drawn: dict[str, float] = {}
+        for f in constants():
+            low, high = f.metadata["range"]
+            drawn[f.name] = math.exp(rng.uniform(math.log(low), math.log(high)))
+        return replace(self, **drawn)
+
+    def without_noise(self) -> SimProfile:
+        return replace(self, noise=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "profile") -> SimProfile:
+        """A profile from a mapping; keys left out keep their nominal value (a calibration may
+        fit only some). Unknown keys and values that are not positive numbers are UserErrors."""
+        if not isinstance(data, dict):
+            raise UserError(f"{where}: expected a mapping of SimProfile constants, got {type(data).__name__}")
+        known = {f.name: f for f in fields(cls)}
+        kw: dict[str, Any] = {}
+        for key, value in data.items():
+            if key not in known:
+                raise UserError(f"{where}: unknown SimProfile constant {key!r}; see docs/simulator.md (Profile)")
+            if key == "noise":
+                if not isinstance(value, bool):
+                    raise UserError(f"{where}: noise must be true or false, not {value!r}")
+            elif isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+                    or value <= 0:
+                raise UserError(f"{where}: {key} must be a positive number, not {value!r}")
+            kw[key] = float(value) if key != "noise" else value
+        return cls(**kw)
+
+    def save(self, path: str | Path) -> None:
+        """Write the profile as YAML (``.yaml``/``.yml``) or JSON (anything else)."""
+        path = Path(path)
+        data = self.to_dict()
+        if path.suffix in (".yaml", ".yml"):
+            text = "# autotune SimProfile: the simulator's uncertain constants (docs/simulator.md)\n"
+            text += yaml.safe_dump(data, sort_keys=False)
+        else:
+            text = json.dumps(data, indent=1) + "\n"
+        path.write_text(text)
+
+    @classmethod
+    def load(cls, path: str | Path) -> SimProfile:
+        """Read a profile file (YAML or JSON, read with safe_load); errors are one-line UserErrors."""
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise UserError(f"{path}: no such profile file") from None
+        except OSError as e:
+            raise UserError(f"{path}: cannot read the profile file: {e.strerror}") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise UserError(f"{path}: malformed profile file: {problem}") from None
+        return cls.from_dict(data, str(path))
+
+
+def constants() -> list[Any]:
+    """The profile's constants (dataclass fields with a range), in declaration order."""
+    return [f for f in fields(SimProfile) if "range" in f.metadata]
+
+
+NOMINAL = SimProfile()
