@@ -10,8 +10,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from autotune.deploy.vllm_env import VARS as VLLM_ENV_VARS
 from autotune.errors import UserError
 from autotune.space.schema import SearchSpace
+from autotune.workload import SPACE_DIR_CONTEXT
 
 
 def _format_validation_error(path: Path, err: ValidationError) -> str:
@@ -27,12 +29,14 @@ def _format_validation_error(path: Path, err: ValidationError) -> str:
 
 
 def parse_space(data: Any, path: Path) -> SearchSpace:
+    """Validate ``data`` read from ``path``; relative paths in it (trace files, the sim
+    profile) are relative to the file's directory."""
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     if "version" not in data:
         raise UserError(f"{path}: version: required; add 'version: 1' at the top")
     try:
-        return SearchSpace.model_validate(data)
+        return SearchSpace.model_validate(data, context={SPACE_DIR_CONTEXT: path.parent})
     except ValidationError as e:
         raise UserError(_format_validation_error(path, e)) from None
 
@@ -59,9 +63,16 @@ def space_fingerprint(space: SearchSpace) -> str:
     """Hash of what defines the study's landscape; a resume with another one is refused.
 
     Trial counts, storage and cluster settings may change between runs of one study; the
-    engine, params, constraints, workload and objectives may not.
+    engine, params, constraints, workload and objectives may not. Of ``engine.env`` only the
+    vLLM variables that change memory behaviour count; of ``engine.sim_profile``, the
+    profile's content, not where the file is.
     """
     core = space.model_dump(include={"engine", "params", "constraints", "workload", "objectives", "slo"}, mode="json")
-    core["engine"].pop("env", None)  # secrets live here and may rotate between runs
+    env = core["engine"].pop("env", None) or {}  # secrets live here and may rotate between runs
     core["engine"].pop("allow_unmodelled_flags", None)  # permits a run, changes no trial
+    behaviour = {k: env[k] for k in VLLM_ENV_VARS if k in env}
+    if behaviour:
+        core["engine"]["vllm_env"] = behaviour
+    if core["engine"].pop("sim_profile", None) is not None:
+        core["engine"]["sim_profile"] = space.engine.profile.to_dict()
     return hashlib.sha256(json.dumps(core, sort_keys=True).encode()).hexdigest()[:16]

@@ -7,13 +7,24 @@ benchmark), objectives, slo, references (hand-tuned configs to measure), study, 
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from autotune.deploy import NOMINAL, SimProfile, VllmEnv
 from autotune.engine import FLAG_SPECS, is_unmodelled, unknown_flags, unmodelled_flags
 from autotune.errors import UserError
-from autotune.workload import WorkloadSpec
+from autotune.workload import SPACE_DIR_CONTEXT, WorkloadSpec
 
 Scalar = bool | int | float | str
 
@@ -52,11 +63,43 @@ class EngineSection(_Strict):
     python: str | None = None
     # Let a sim study set or search flags the simulator ignores (each trial is then warned).
     allow_unmodelled_flags: bool = False
+    # A SimProfile file (the simulator's constants, e.g. from a calibration), relative to the
+    # space file; made absolute on load so a saved copy of the space still finds it.
+    sim_profile: str | None = None
+    _profile: SimProfile = PrivateAttr(default=NOMINAL)
 
     @field_validator("flags")
     @classmethod
     def _known_flags(cls, v: dict[str, Scalar]) -> dict[str, Scalar]:
         return _check_flags(v)
+
+    @field_validator("env")
+    @classmethod
+    def _vllm_env(cls, v: dict[str, str]) -> dict[str, str]:
+        try:
+            VllmEnv.from_env(v)
+        except UserError as e:
+            raise ValueError(str(e).removeprefix("engine.env.")) from None
+        return v
+
+    @model_validator(mode="after")
+    def _load_profile(self, info: ValidationInfo) -> EngineSection:
+        if self.sim_profile is not None:
+            path = Path(self.sim_profile).expanduser()
+            if not path.is_absolute():
+                path = Path((info.context or {}).get(SPACE_DIR_CONTEXT, ".")) / path
+            path = Path(os.path.abspath(path))
+            try:
+                self._profile = SimProfile.load(path)
+            except UserError as e:
+                raise ValueError(str(e)) from None
+            self.sim_profile = str(path)
+        return self
+
+    @property
+    def profile(self) -> SimProfile:
+        """The simulator's constants for this space: ``sim_profile``'s, else nominal."""
+        return self._profile
 
 
 class ParamSpec(_Strict):
@@ -205,6 +248,9 @@ class ClusterSpec(_Strict):
     cpus_per_worker: float = Field(default=1.0, gt=0)
 
 
+_GOODPUT_METRICS = ("goodput_rps_per_gpu", "slo_attainment")
+
+
 def _default_objectives() -> list[Objective]:
     return [Objective(metric="oom_per_1k"), Objective(metric="p99_e2e_s")]
 
@@ -273,6 +319,10 @@ class SearchSpace(_Strict):
                     raise ValueError(f"references[{i}] ({ref.name}): {k}={v!r} is not among params.{k}.choices")
         if len(self.objectives) < 1:
             raise ValueError("objectives must name at least one metric")
+        goodput = [m for m in [*self.objective_names, *self.slo] if m in _GOODPUT_METRICS]
+        if goodput and self.workload.goodput_slo is None:
+            raise ValueError(f"{goodput[0]} needs workload.goodput_slo (e.g. goodput_slo: {{ttft_s: 2.0, tpot_s: 0.1}}): "
+                             "without it every trial reports NaN")
         return self
 
     def unmodelled_flags(self) -> list[tuple[str, str]]:
