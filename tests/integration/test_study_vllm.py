@@ -52,7 +52,7 @@ def study_run(vllm_python, tiny_model, tmp_path_factory):
     return out, r
 
 
-def test_three_trial_study_on_real_vllm(study_run):
+def test_three_trial_study_on_real_vllm(study_run, tmp_path):
     out, r = study_run
     study = optuna.load_study(study_name="tiny-cpu", storage=f"sqlite:///{out / 'optuna.db'}")
     launched = [t for t in study.trials if t.user_attrs.get("role") != "rejected"]
@@ -69,6 +69,10 @@ def test_three_trial_study_on_real_vllm(study_run):
     for run in runs:
         assert {"p99_e2e_s", "oom_per_1k", "preemptions", "kv_cache_tokens", "startup_s"} <= set(run.data.metrics)
         assert run.data.metrics["kv_cache_tokens"] > 0
+        # The server log travelled back from the worker inside the result: the artifact is
+        # the log's text, not a path on the worker's node.
+        log = Path(c.download_artifacts(run.info.run_id, "server.log", str(tmp_path))).read_text()
+        assert "Starting vLLM server on" in log
 
 
 def _reported(lines: list[str], info: dict[str, str]) -> dict:
