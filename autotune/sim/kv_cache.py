@@ -7,7 +7,7 @@ the leading KV blocks it could share with another request, derived from the work
 explicit prefix blocks (a system prompt, a trace's ``hash_ids``), so two requests share
 exactly the blocks whose whole token history they have in common. Other blocks are plain.
 
-Freed blocks go to an LRU free queue and keep their hash until reused, so a later request
+Blocks are cached when allocated for the step that computes them, as in V1. Freed blocks go to an LRU free queue and keep their hash until reused, so a later request
 can still hit them; allocation takes never-hashed blocks first, then evicts the least
 recently freed cached block (V1 pops the queue head; freshly freed blocks go to the tail,
 a request's blocks in reverse order so its tail is evicted first).
@@ -102,12 +102,14 @@ class BlockPool:
         for _ in range(n - plain):
             self.cached_free.popitem(last=False)  # evict the least recently freed
 
-    def register_computed(self, req: SimRequest) -> None:
-        """Make ``req``'s newly computed full prefix blocks the cached copy (V1 caches a
-        block as soon as it is full), unless another copy already carries that hash."""
+    def register(self, req: SimRequest, tokens: int) -> None:
+        """Make ``req``'s full prefix blocks up to ``tokens`` the cached copy, unless another
+        copy already carries that hash. vLLM caches a block when it allocates it for a step
+        (``KVCacheManager.allocate_slots`` -> ``cache_blocks``), so a request admitted later in
+        the same step already hits it: its KV is written before attention reads it."""
         if not self.prefix_caching or not req.may_register:
             return
-        full = min(req.num_computed // self.block_size, req.prefix_blocks)
+        full = min(tokens // self.block_size, req.prefix_blocks)
         while req.shared_held < full:
             key = req.block_keys[req.shared_held]
             if key in self.refs or key in self.cached_free:

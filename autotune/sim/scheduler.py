@@ -87,6 +87,7 @@ class Scheduler:
             if not scheduled:
                 break
             plan.add(req, n)
+            self._cache(req, n)
             budget -= n
             i += 1
         if not preempted:
@@ -126,17 +127,19 @@ class Scheduler:
             waiting.popleft()
             running.append(req)
             plan.add(req, n)
+            self._cache(req, n)
             budget -= n
         return budget
+
+    def _cache(self, req: SimRequest, n: int) -> None:
+        if req.prefix_blocks > req.shared_held:
+            self.pool.register(req, req.num_computed + n)
 
     def finish_step(self, plan: StepPlan, t_end: float) -> list[SimRequest]:
         """Apply a step's progress; return the requests that finished (blocks freed)."""
         done: list[SimRequest] = []
-        pool = self.pool
         for req, n in plan.items:
             req.num_computed += n
-            if req.prefix_blocks > req.shared_held:
-                pool.register_computed(req)
             if req.prompt_logprobs and req.num_computed >= req.prompt_len:
                 req.prompt_logprobs = False  # done; not again after a preemption (vLLM V1 and V2)
             if req.num_computed == req.num_tokens:

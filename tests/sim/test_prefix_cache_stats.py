@@ -8,6 +8,8 @@ nothing is looked up.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from autotune.sim import simulate_trial
@@ -53,3 +55,17 @@ def test_chat_workload_rate_counts_all_prompt_tokens():
     m = res.server_metrics
     assert m["prefix_cache_hit_rate"] == pytest.approx(m["prefix_cache_hits"] / m["prefix_cache_queries"])
     assert 0.5 < m["prefix_cache_hit_rate"] < 0.85
+
+
+def test_trace_hash_ids_share_exactly_the_blocks_they_name(tmp_path):
+    """Blocks are identified by their whole history of hash IDs, not by position: F's first
+    block (ID 9) must not hit A's first block (ID 1), and G hits F's because both start with 9.
+    One request at a time, 512-token blocks of 16-token KV blocks:
+    A [1,2,3] nothing; B [1,2,4] 1024; F [9,10] nothing; G [9,11] 512; C [5,8] nothing."""
+    rows = [(0.0, [1, 2, 3]), (1.0, [1, 2, 4]), (2.0, [9, 10]), (3.0, [9, 11]), (4.0, [5, 8])]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"arrival_s": t, "prompt_tokens": 1600, "output_tokens": 8, "hash_ids": ids})
+                             + "\n" for t, ids in rows))
+    wl = WorkloadSpec(num_requests=5, concurrency=1, trace={"path": str(trace)})
+    m = simulate_trial(LLAMA8B, "H100-80GB", {"max_model_len": 4096}, wl).server_metrics
+    assert (m["prefix_cache_queries"], m["prefix_cache_hits"]) == (5 * 1600, 1024 + 512)

@@ -222,3 +222,13 @@ def test_sim_backend_through_the_registry(tmp_path, workload):
     failed = backend.run_trial(TrialRequest(0, ServerSpec(model=QWEN72B, gpu=A100),
                                             qwen_flags(gpu_memory_utilization=0.85), workload))
     assert failed.status == TrialStatus.STARTUP_FAILED and failed.metrics()["oom_per_1k"] == 1000.0
+
+
+def test_sim_backend_reads_the_servers_env_and_takes_a_profile(workload):
+    quiet = get_backend("sim", profile=NOMINAL.without_noise())
+    server = ServerSpec(model=QWEN72B, gpu=A100, env={"VLLM_USE_V2_MODEL_RUNNER": "0", "HF_TOKEN": "x"})
+    a, b = (quiet.run_trial(TrialRequest(0, server, qwen_flags(), workload, seed=s)) for s in (1, 2))
+    assert a.extra["model_runner"] == "v1" and a.extra["speed_factors"] == [1.0]
+    assert [r.e2e_s for r in a.records] == [r.e2e_s for r in b.records]
+    assert get_backend("sim").run_trial(TrialRequest(0, ServerSpec(model=QWEN72B, gpu=A100), qwen_flags(),
+                                                     workload)).extra["model_runner"] == "v2"

@@ -68,6 +68,12 @@ def test_shipped_spaces_load(path):
         (_with(references=[{"name": "r", "flags": {"max_num_seqs": 8.5}}]),
          "references.0.flags: max_num_seqs takes a int, not 8.5"),
         (_with(engine__allow_unmodelled_flags="sometimes"), "engine.allow_unmodelled_flags: Input should be a valid"),
+        (_with(objectives=[{"metric": "goodput_rps_per_gpu", "direction": "maximize"}]),
+         "goodput_rps_per_gpu needs workload.goodput_slo"),
+        (_with(slo={"slo_attainment": {"min": 0.9}}), "slo_attainment needs workload.goodput_slo"),
+        (_with(engine__env={"VLLM_USE_V2_MODEL_RUNNER": "yes"}),
+         "engine.env: VLLM_USE_V2_MODEL_RUNNER: 'yes' is not an integer"),
+        (_with(engine__sim_profile="nope.yaml"), "nope.yaml: no such profile file"),
     ],
 )
 def test_schema_errors_name_the_field(tmp_path, data, expected):
@@ -110,3 +116,43 @@ def test_the_documented_example_space_is_a_valid_sim_space():
     sp = parse_space(yaml.safe_load(block.group(1)), doc)
     validate_for_backend(sp)  # no flag the simulator ignores
     assert sp.engine.backend == "sim" and sp.params["max_cudagraph_capture_size"].when == {"enforce_eager": False}
+
+
+def test_goodput_objective_with_its_slo_loads(tmp_path):
+    sp = load_space(_write(tmp_path, _with(objectives=[{"metric": "goodput_rps_per_gpu", "direction": "maximize"}],
+                                           workload__goodput_slo={"ttft_s": 2.0, "tpot_s": 0.1})))
+    assert sp.objective_names == ["goodput_rps_per_gpu"]
+
+
+def test_sim_profile_is_relative_to_the_space_file_and_survives_a_saved_copy(tmp_path, monkeypatch):
+    from autotune.deploy import NOMINAL, SimProfile
+    from autotune.space.loader import parse_space
+
+    truth = NOMINAL.perturbed(3)
+    truth.save(tmp_path / "truth.yaml")
+    (tmp_path / "spaces").mkdir()
+    space = _write(tmp_path / "spaces", _with(engine__sim_profile="../truth.yaml"))
+    monkeypatch.chdir(REPO)  # anywhere but the space's directory
+    sp = load_space(space)
+    assert sp.engine.profile == truth and Path(sp.engine.sim_profile) == tmp_path / "truth.yaml"
+    copy = parse_space(sp.model_dump(mode="json"), tmp_path / "run" / "space.yaml")  # the run dir's copy
+    assert copy.engine.profile == truth
+    assert load_space(_write(tmp_path, BASE)).engine.profile == NOMINAL == SimProfile()
+
+
+def test_fingerprint_counts_the_vllm_env_vars_and_the_profile_content(tmp_path):
+    from autotune.deploy import NOMINAL
+    from autotune.space import space_fingerprint
+
+    def fp(data, name="space.yaml"):
+        p = tmp_path / name
+        p.write_text(yaml.safe_dump(data))
+        return space_fingerprint(load_space(p))
+
+    base = fp(BASE)
+    assert fp(_with(engine__env={"HF_TOKEN": "secret"})) == base  # secrets may rotate
+    assert fp(_with(engine__env={"VLLM_USE_V2_MODEL_RUNNER": "0"})) != base  # another physics
+    for name, seed in (("a.yaml", 1), ("b.yaml", 1), ("c.yaml", 2)):
+        NOMINAL.perturbed(seed).save(tmp_path / name)
+    a, b, c = (fp(_with(engine__sim_profile=n), "s.yaml") for n in ("a.yaml", "b.yaml", "c.yaml"))
+    assert a == b != c and a != base  # the content counts, not the file's name
