@@ -1,0 +1,76 @@
+"""Dependencies point the way docs/architecture.md says: a test that walks every import.
+
+A new arrow between packages either belongs to the architecture (add it to ALLOWED and to the
+doc, saying why) or is a shortcut to remove. The rules, not the current code, are the spec.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.architecture.import_graph import NEUTRAL, THIRD_PARTY, internal_edges, mermaid, module_edges
+
+ALLOWED: dict[str, set[str]] = {
+    **{unit: NEUTRAL for unit in NEUTRAL},
+    "deploy": NEUTRAL,  # GPU and model tables, resolved deployment, startup memory model
+    "space": NEUTRAL | {"deploy"},
+    "sim": NEUTRAL | {"deploy"},  # the simulator knows nothing of backends, study, Ray, Optuna, MLflow
+    "loadgen": NEUTRAL,
+    "telemetry": NEUTRAL,
+    "backends": NEUTRAL | {"deploy", "sim", "loadgen", "telemetry"},
+    "workers": NEUTRAL | {"backends"},
+    "study": NEUTRAL | {"space", "deploy", "backends"},  # backends.base only: checked below
+    "tracking": NEUTRAL | {"space", "deploy", "study"},
+    "export": NEUTRAL | {"space", "deploy", "study"},
+    "service": NEUTRAL | {"space", "deploy", "study", "backends", "workers", "tracking"},
+    "cli": None,  # the commands wire everything together
+    "__init__": set(),
+}
+
+# Which packages may talk to Optuna, Ray and MLflow at all.
+THIRD_PARTY_ALLOWED = {
+    "optuna": {"study", "tracking", "export", "service", "cli"},
+    "ray": {"workers", "service", "cli"},
+    "mlflow": {"tracking", "service", "cli"},
+}
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+
+
+def test_every_package_is_placed_in_the_architecture():
+    units = {a for a, _ in module_edges()} | {b for _, b in internal_edges()}
+    assert units <= set(ALLOWED), f"packages missing from the architecture: {sorted(units - set(ALLOWED))}"
+
+
+def test_no_import_arrow_the_architecture_does_not_allow():
+    bad = []
+    for (src, dst), files in sorted(module_edges().items()):
+        if dst in THIRD_PARTY:
+            if src not in THIRD_PARTY_ALLOWED[dst]:
+                bad.append(f"{src} -> {dst} ({', '.join(sorted(files))})")
+            continue
+        allowed = ALLOWED.get(src)
+        if allowed is not None and dst not in allowed:
+            bad.append(f"{src} -> {dst} ({', '.join(sorted(files))})")
+    assert not bad, "imports against the architecture:\n" + "\n".join(bad)
+
+
+def test_study_sees_only_the_backend_interface():
+    """The study builds TrialRequests; which backend runs them is the workers' business."""
+    from tests.architecture.import_graph import ROOT, imports_of
+
+    offenders = [
+        f"{path.relative_to(ROOT.parent)}: {name}"
+        for path in (ROOT / "study").rglob("*.py")
+        for name in imports_of(path)
+        if name.startswith("autotune.backends") and name != "autotune.backends.base"
+    ]
+    assert not offenders, offenders
+
+
+def test_the_doc_draws_the_graph_as_it_is():
+    text = DOC.read_text()
+    assert mermaid() in text, (
+        "docs/architecture.md's graph differs from the code; regenerate it with "
+        "`python -m tests.architecture.import_graph` and explain any new arrow"
+    )
