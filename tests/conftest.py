@@ -21,7 +21,8 @@ def ray_cluster():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=4, num_gpus=4, include_dashboard=False, log_to_driver=False)
+        # address="local": always a fresh cluster of our own, never one a `ray start` left running.
+        ray.init(address="local", num_cpus=4, num_gpus=4, include_dashboard=False, log_to_driver=False)
     yield ray.get_runtime_context().gcs_address
     # Left running for the session; Ray shuts down at interpreter exit.
 
