@@ -132,7 +132,7 @@ class Scheduler:
         return budget
 
     def _cache(self, req: SimRequest, n: int) -> None:
-        if req.prefix_blocks > req.shared_held:
+        if len(req.block_keys) > req.shared_held:
             self.pool.register(req, req.num_computed + n)
 
     def finish_step(self, plan: StepPlan, t_end: float) -> list[SimRequest]:

@@ -4,6 +4,9 @@
 
 Writes results.csv, results.md and field_report.png. Every number it writes is SIMULATED
 (autotune.sim), not measured on a GPU; the report's own figures are quoted beside them.
+The report ran vLLM 0.8.5; its rows are simulated with the accounting closest to it that the
+simulator has (CUDA graphs outside the memory budget, the V1 model runner), the other rows
+with vLLM 0.32.0's (graph memory estimated into the budget, the V2 runner).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ DEFAULTS_085 = {"gpu_memory_utilization": 0.9, "max_num_seqs": 256, "block_size"
                 "enable_prefix_caching": False}
 TUNED = {"gpu_memory_utilization": 0.85, "max_num_seqs": 128, "block_size": 32, "enforce_eager": True,
          "enable_prefix_caching": False}
+# vLLM before v0.21 (graphs outside the budget) with the V1 model runner: the closest to 0.8.5.
+OLD = {"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0", "VLLM_USE_V2_MODEL_RUNNER": "0"}
 
 
 @dataclass(frozen=True)
@@ -34,22 +39,26 @@ class Config:
     flags: dict[str, Any]
     model_suffix: str = ""
     reported: str = ""  # the field report's (avg, p99, OOM/1k), measured on GPUs by its author
+    env: dict[str, str] | None = None  # vLLM variables; None: vLLM 0.32.0's behaviour
 
 
 CONFIGS = [
-    Config("report defaults (0.8.5)", DEFAULTS_085, reported="avg 4.2 s, p99 8.7 s, 156 OOM/1k"),
-    Config("report tuned", TUNED, reported="avg 3.8 s, p99 7.1 s, 12 OOM/1k"),
+    Config("report defaults (0.8.5)", DEFAULTS_085, reported="avg 4.2 s, p99 8.7 s, 156 OOM/1k", env=OLD),
+    Config("report tuned", TUNED, reported="avg 3.8 s, p99 7.1 s, 12 OOM/1k", env=OLD),
     Config("report tuned + prefix caching", {**TUNED, "enable_prefix_caching": True},
-           reported="avg 2.9 s, p99 5.3 s, 8 OOM/1k"),
-    Config("vLLM V1 defaults", {"gpu_memory_utilization": 0.9}),
+           reported="avg 2.9 s, p99 5.3 s, 8 OOM/1k", env=OLD),
+    Config("vLLM 0.32 defaults (gmu 0.92)", {}),
+    Config("vLLM 0.32, gmu 0.9", {"gpu_memory_utilization": 0.9}),
     Config("tuned at gmu 0.93 + prefix caching", {**TUNED, "gpu_memory_utilization": 0.93, "enable_prefix_caching": True}),
     Config("gmu 0.95, graphs, prefix caching", {"gpu_memory_utilization": 0.95, "enable_prefix_caching": True}),
+    Config("gmu 0.975, graphs, no prefix caching (0.8.5 accounting)",
+           {"gpu_memory_utilization": 0.975, "enable_prefix_caching": False}, env=OLD),
+    Config("gmu 0.975, eager, no prefix caching (0.8.5 accounting)",
+           {"gpu_memory_utilization": 0.975, "enable_prefix_caching": False, "enforce_eager": True}, env=OLD),
     Config("gmu 0.975, graphs, no prefix caching", {"gpu_memory_utilization": 0.975, "enable_prefix_caching": False}),
-    Config("gmu 0.975, eager, no prefix caching",
-           {"gpu_memory_utilization": 0.975, "enable_prefix_caching": False, "enforce_eager": True}),
-    Config("AWQ-int4: report defaults", DEFAULTS_085, "-AWQ"),
-    Config("AWQ-int4: report tuned", TUNED, "-AWQ"),
-    Config("AWQ-int4: report tuned + prefix caching", {**TUNED, "enable_prefix_caching": True}, "-AWQ"),
+    Config("AWQ-int4: report defaults", DEFAULTS_085, "-AWQ", env=OLD),
+    Config("AWQ-int4: report tuned", TUNED, "-AWQ", env=OLD),
+    Config("AWQ-int4: report tuned + prefix caching", {**TUNED, "enable_prefix_caching": True}, "-AWQ", env=OLD),
 ]
 
 
@@ -66,7 +75,8 @@ def run(seeds: int) -> list[dict[str, Any]]:
     for cfg in CONFIGS:
         flags = {**space.fixed_flags(), **cfg.flags}
         model = space.engine.model + cfg.model_suffix
-        results = [simulate_trial(model, space.engine.gpu, flags, space.workload, seed=s) for s in range(seeds)]
+        results = [simulate_trial(model, space.engine.gpu, flags, space.workload, seed=s, env=cfg.env)
+                   for s in range(seeds)]
         ms = [r.metrics() for r in results]
         first = results[0]
         row: dict[str, Any] = {
