@@ -6,7 +6,9 @@ Backends know nothing of Optuna, Ray or MLflow. They receive plain data and retu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 from autotune.early_stop import EarlyStopRule
@@ -44,6 +46,47 @@ class TrialRequest:
     workload: WorkloadSpec
     seed: int = 0
     early_stop: EarlyStopRule | None = None
+
+
+EventHook = Callable[[str, dict[str, Any]], None]
+"""How a backend says what a running trial is doing: ``hook(name, info)``.
+
+Optional (every backend takes ``events=None``), called from the thread that runs the trial,
+so it must return at once. A trial on real GPUs takes ten minutes or more; these events are
+what the driver shows meanwhile. The names and their ``info``:
+
+    loading_weights  {}                                 weights fetched to the node
+    simulating       {}                                 the simulator runs the whole trial
+    server_started   {start}                            0: first server; n > 0: n-th restart
+    server_ready     {start, startup_s}
+    request_done     {ok, e2e_s}                        a benchmark request came back
+    engine_died      {start, failure_class, casualties} in-flight requests it took along
+"""
+
+
+class Phase(StrEnum):
+    """What a running trial is doing, as people read it."""
+
+    DISPATCHED = "dispatched"
+    LOADING_WEIGHTS = "loading weights"
+    SIMULATING = "simulating"
+    STARTING = "starting the server"
+    RESTARTING = "restarting the server"
+    BENCHMARK = "benchmark"
+
+
+@dataclass(frozen=True)
+class TrialProgress:
+    """A running trial as its backend's events add up so far; sent to the driver while it runs."""
+
+    trial_number: int
+    phase: Phase
+    done: int  # benchmark requests back, whatever their outcome
+    total: int
+    ooms: int  # requests lost to a runtime OOM so far
+    restarts: int
+    p99_s: float | None  # end-to-end p99 of the requests that succeeded so far
+    elapsed_s: float  # since the worker took the trial
 
 
 class Backend(Protocol):

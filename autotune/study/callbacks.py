@@ -5,8 +5,8 @@ Per-trial files, MLflow logging and progress output are callbacks handed to the 
 same loop with its own (or none). The hook points follow the loop's crash-safety order
 for one trial:
 
-    ask (RUNNING, owner recorded) -> on_trial_start -> run on a worker
-    -> on_trial_measured -> tell (COMPLETE/FAIL) -> on_trial_end
+    ask (RUNNING, owner recorded) -> on_trial_start -> run on a worker (on_trial_progress
+    while it runs) -> on_trial_measured -> tell (COMPLETE/FAIL) -> on_trial_end
 
 ``on_trial_measured`` runs BEFORE Optuna is told: what must exist whenever Optuna says a
 trial is complete (the trial files) is written there. ``on_trial_end`` runs AFTER: what
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import optuna
 
+from autotune.backends.base import TrialProgress
 from autotune.results import TrialResult
 from autotune.space import SearchSpace
 from autotune.study.pareto import FrontCache
@@ -63,6 +64,11 @@ class Callback:
 
     def on_trial_start(self, record: TrialRecord) -> None:
         """A trial was asked and sampled and is about to be dispatched to a worker."""
+
+    def on_trial_progress(self, number: int, progress: TrialProgress) -> None:
+        """While trial ``number`` runs: its phase, requests back, OOMs, restarts and running
+        p99 as its worker last reported them. Between on_trial_start and on_trial_measured,
+        as often as the pool polls (a pool may never call it)."""
 
     def on_trial_measured(self, record: TrialRecord, result: TrialResult) -> None:
         """A trial's result is in (secrets scrubbed) and Optuna is NOT told yet."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import optuna
 
+from autotune.backends.base import TrialProgress
 from autotune.results import FailureClass, TrialResult, TrialStatus
 from autotune.security import scrub
 from autotune.space import SearchSpace
@@ -131,6 +132,13 @@ class TrialLoop:
         t = self.tally
         t.complete, t.failed, t.rejected, t.running_elsewhere = c.complete, c.failed, c.rejected, c.running_elsewhere
         t.running = self.pool.running
+
+    def trial_progress(self, number: int, progress: TrialProgress) -> None:
+        """A running trial's progress; a pool that polls its workers calls it from ``wait``.
+        Dropped unless the trial is still this loop's, so it never follows on_trial_measured."""
+        if number in self._running:
+            for cb in self.callbacks:
+                cb.on_trial_progress(number, progress)
 
     # ---- one trial ---------------------------------------------------------------------------
     def _next_launchable(self) -> tuple[optuna.Trial, TrialRecord] | None:
