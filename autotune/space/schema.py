@@ -2,7 +2,8 @@
 
 Sections: engine (what is deployed, fixed flags), params (what is searched, by vLLM flag
 name), constraints (known-invalid combinations, declarative), workload (the fixed
-benchmark), objectives, slo, references (hand-tuned configs to measure), study, cluster.
+benchmark), objectives, slo, references (hand-tuned configs to measure), study, cluster,
+export (what the exported config must satisfy).
 """
 
 from __future__ import annotations
@@ -230,6 +231,20 @@ class StrategySection(_Strict):
     warm_start: bool = True  # baseline and reference configs measured first
 
 
+class ConfirmSection(_Strict):
+    """Confirmation runs (docs/export.md): the ``finalists`` best configs of the search are
+    measured ``repeats`` more times each, with fresh server starts, out of ``study.trials``.
+    Either 0 switches them off."""
+
+    finalists: int = Field(default=3, ge=0)
+    repeats: int = Field(default=2, ge=0)
+
+    @property
+    def trials(self) -> int:
+        """Launched trials confirmation takes from the study's budget."""
+        return self.finalists * self.repeats
+
+
 class StudySection(_Strict):
     name: str | None = None
     sampler: Literal["autotune", "tpe", "nsga2", "gp", "random", "grid"] = "autotune"
@@ -239,6 +254,16 @@ class StudySection(_Strict):
     mlflow_tracking_uri: str | None = None  # default sqlite:///<run dir>/mlflow.db
     strategy: StrategySection = StrategySection()
     grid_points: int = Field(default=4, ge=2)
+    confirm: ConfirmSection = ConfirmSection()
+
+
+class ExportSection(_Strict):
+    """What `autotune export` requires of the config it writes (docs/export.md)."""
+
+    # Memory per GPU that may vanish (a bigger CUDA context, another process, a vLLM that
+    # profiles more) before the config stops starting; configs with less are exported only
+    # when no config with this margin is within the best one's confidence interval.
+    min_headroom_gib: float = Field(default=1.0, ge=0)
 
 
 class ClusterSpec(_Strict):
@@ -266,6 +291,7 @@ class SearchSpace(_Strict):
     references: list[Reference] = Field(default_factory=list)
     study: StudySection = StudySection()
     cluster: ClusterSpec = ClusterSpec()
+    export: ExportSection = ExportSection()
 
     @field_validator("slo")
     @classmethod
