@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from autotune.errors import UserError
 from autotune.rundir import RunDir
 from autotune.security import mask_env, mask_url, secret_values
 from autotune.space import SearchSpace, space_fingerprint
@@ -22,7 +23,7 @@ from autotune.study.callbacks import Callback
 from autotune.study.driver import TrialLoop
 from autotune.study.opening import open_study
 from autotune.study.pareto import pareto_numbers
-from autotune.study.progress import Progress
+from autotune.study.progress import MODES, Progress
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import check_url, expand_url, open_storage
 from autotune.study.trial_files import TrialFiles
@@ -39,7 +40,8 @@ class RunOptions:
     workers: int | None = None
     seed: int | None = None
     address: str | None = None
-    progress: bool = True
+    # auto (rich on a terminal, else plain), rich, plain or none; False: none, True: auto.
+    progress: str | bool = "auto"
     stale_after_s: float = 120.0
     backend_kwargs: dict[str, Any] = field(default_factory=dict)
 
@@ -67,6 +69,7 @@ def run_study(space: SearchSpace, space_path: Path, opts: RunOptions) -> RunSumm
     name = study_name_for(space, space_path, opts.study_name)
     run_dir = RunDir(opts.out or Path("runs") / name)
     seed = space.study.seed if opts.seed is None else opts.seed
+    mode = _progress_mode(opts.progress)
     info, n_workers = _preflight(space, opts, seed)
     try:
         run_dir.ensure()
@@ -83,22 +86,33 @@ def run_study(space: SearchSpace, space_path: Path, opts: RunOptions) -> RunSumm
             MlflowLogger(mlflow_uri, run_dir, _invocation_params(space, name, target, n_workers, seed, run_dir),
                          {"backend": space.engine.backend}),
         ]
-        if opts.progress:
+        if mode != "none":
             callbacks.append(Progress(
                 f"backend {space.engine.backend}, {n_workers} worker(s) x {g} GPU(s), sampler {space.study.sampler}; "
-                f"run dir {run_dir.root}"))
+                f"run dir {run_dir.root}", mode))
+        pool = WorkerPool(space.engine.backend, n_workers, g, c, opts.backend_kwargs)
         loop = TrialLoop(
-            opened.study, space, WorkerPool(space.engine.backend, n_workers, g, c, opts.backend_kwargs),
+            opened.study, space, pool,
             target=target, seed=seed, callbacks=callbacks, stale_after_s=opts.stale_after_s,
             secrets=secret_values(space.engine.env, [space.study.storage, space.study.mlflow_tracking_uri,
                                                      storage_url, mlflow_uri]),
         )
+        if mode != "none":  # workers are polled only when someone shows their progress
+            pool.on_progress = loop.trial_progress
         res = loop.run()
     finally:
         disconnect(info)
     t = res.tally
     return RunSummary(name, run_dir.root, t.complete, t.failed, t.rejected, pareto_numbers(opened.study), n_workers,
                       time.time() - t0, res.launched)
+
+
+def _progress_mode(progress: str | bool) -> str:
+    if isinstance(progress, bool):
+        return "auto" if progress else "none"
+    if progress not in MODES:
+        raise UserError(f"--progress {progress}: use rich, plain or none (default: rich on a terminal, else plain)")
+    return progress
 
 
 def _preflight(space: SearchSpace, opts: RunOptions, seed: int) -> tuple[ClusterInfo, int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autotune.backends.base import TrialRequest
+from autotune.backends.base import EventHook, TrialRequest
 from autotune.deploy import NOMINAL, SimProfile
 from autotune.results import TrialResult
 from autotune.sim.trial import simulate_trial
@@ -16,16 +16,22 @@ class SimBackend:
     The server's ``env`` reaches the simulator as it would reach vLLM (the vLLM variables that
     change memory behaviour are read from it). ``profile`` holds the simulator's constants
     (a space's ``engine.sim_profile``; nominal by default).
+
+    A simulated trial takes about a second, so its only event is ``simulating``; the
+    simulated server's startup and benchmark are not replayed as progress.
     """
 
     name = "sim"
 
-    def __init__(self, profile: SimProfile = NOMINAL, **_: Any) -> None:
+    def __init__(self, profile: SimProfile = NOMINAL, events: EventHook | None = None, **_: Any) -> None:
         # Other options are accepted for interface symmetry with the other backends.
         self.profile = profile
+        self.events = events
 
     def run_trial(self, request: TrialRequest) -> TrialResult:
         server = request.server
+        if self.events is not None:
+            self.events("simulating", {})
         return simulate_trial(
             server.model,
             server.gpu,

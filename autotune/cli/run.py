@@ -21,9 +21,13 @@ def run(
     study: Annotated[str | None, typer.Option(help="study name (default: study.name or the file's stem)")] = None,
     out: Annotated[Path | None, typer.Option(help="run directory (default runs/<study>)")] = None,
     seed: Annotated[int | None, typer.Option(help="sampler seed (study.seed)")] = None,
-    address: Annotated[str | None, typer.Option(help="Ray cluster address; default: start a local Ray")] = None,
+    address: Annotated[str | None, typer.Option(
+        help="Ray cluster address; default: $RAY_ADDRESS (set for a Ray job), else start a local Ray")] = None,
     sampler: Annotated[str | None, typer.Option(help="autotune (default), tpe, nsga2, gp, random, grid")] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no per-trial progress lines")] = False,
+    progress: Annotated[str | None, typer.Option(
+        help="rich (running trials updated in place), plain (lines, for logs) or none; "
+             "default: rich on a terminal, plain otherwise")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="the same as --progress none")] = False,
 ) -> None:
     """Run (or resume) a multi-objective study: minimise OOMs per 1000 requests and p99 latency."""
     from autotune.service import RunOptions, run_study
@@ -43,7 +47,7 @@ def run(
 
     validate_for_backend(sp)
     opts = RunOptions(out=out, study_name=study, trials=trials, workers=workers, seed=seed, address=address,
-                      progress=not quiet)
+                      progress="none" if quiet else progress or "auto")
     summary = run_study(sp, space, opts)
     typer.echo(
         f"study {summary.study}: {summary.n_complete} complete, {summary.n_failed} failed, "

@@ -3,6 +3,14 @@
 Long-lived so a backend can keep state between trials (weights already on the node,
 the GPU memory baseline). Ray sets CUDA_VISIBLE_DEVICES for the actor; the backend's
 server inherits it.
+
+A trial on real GPUs runs for ten minutes or more, and the driver shows what it is doing
+meanwhile: the backend's events are folded into a snapshot here (workers/progress.py), and
+``progress`` answers from its own concurrency group, a second thread, while ``run`` holds
+the default one. Polling a snapshot was chosen over pushing events to the driver (a queue
+actor, a callback into the driver) because it needs nothing beyond the actor that already
+exists, bounds the traffic to one small record per poll, and loses nothing if the driver is
+busy: the next poll carries the latest state.
 """
 
 from __future__ import annotations
@@ -14,13 +22,18 @@ from typing import Any
 import ray
 
 from autotune.backends import TrialRequest, get_backend
+from autotune.backends.base import TrialProgress
 from autotune.results import TrialResult
+from autotune.workers.progress import ProgressTracker
+
+PROGRESS_GROUP = "progress"
 
 
 class TrialWorker:
     def __init__(self, backend: str, worker_id: int, backend_kwargs: dict[str, Any] | None = None) -> None:
         self.worker_id = worker_id
-        self.backend = get_backend(backend, **(backend_kwargs or {}))
+        self.tracker = ProgressTracker()
+        self.backend = get_backend(backend, events=self.tracker.event, **(backend_kwargs or {}))
 
     def info(self) -> dict[str, Any]:
         return {
@@ -32,10 +45,21 @@ class TrialWorker:
         }
 
     def run(self, request: TrialRequest) -> TrialResult:
-        return self.backend.run_trial(request)
+        self.tracker.begin(request.trial_number, request.workload.num_requests)
+        try:
+            return self.backend.run_trial(request)
+        finally:
+            self.tracker.end()
+
+    @ray.method(concurrency_group=PROGRESS_GROUP)
+    def progress(self) -> TrialProgress | None:
+        """The running trial's state now (None between trials); answers while ``run`` runs."""
+        return self.tracker.snapshot()
 
     def close(self) -> None:
         self.backend.close()
 
 
-RemoteTrialWorker = ray.remote(max_restarts=0, max_task_retries=0)(TrialWorker)
+# The default group keeps one thread: run, info and close stay one at a time, as before.
+RemoteTrialWorker = ray.remote(max_restarts=0, max_task_retries=0,
+                               concurrency_groups={PROGRESS_GROUP: 1})(TrialWorker)

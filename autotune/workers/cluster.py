@@ -70,9 +70,15 @@ def _native_stderr_silenced() -> Iterator[None]:
 def connect(address: str | None, logical_gpus: int | None = None, num_cpus: int | None = None) -> ClusterInfo:
     """Join ``address`` or start a local Ray; reuse a connection this process already has.
 
+    Without ``address``, the cluster in ``RAY_ADDRESS`` is joined: Ray sets it for a job's
+    entrypoint (`ray job submit -- autotune run ...`), whose study belongs on the cluster it
+    was submitted to. ``RAY_ADDRESS=local`` means a local Ray, as for ``ray.init``.
+
     ``logical_gpus`` declares GPUs on a local cluster that has none, which is how the
     simulator exercises the same GPU placement paths on a CPU-only machine.
     """
+    env_address = os.environ.get("RAY_ADDRESS", "")
+    address = address or (env_address if env_address != "local" else None)
     started = False
     if not ray.is_initialized():
         kwargs: dict = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": False}

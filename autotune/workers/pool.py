@@ -2,11 +2,18 @@
 
 The trial loop's default pool (it implements autotune.study.pool.WorkerPool): one Ray
 actor per GPU group.
+
+With ``on_progress`` set, ``wait`` also polls each busy worker's progress snapshot every
+``progress_interval_s`` and hands it over (``on_progress(key, snapshot)``) from the calling
+thread, only while the trial is still running: a snapshot never arrives after its trial is
+returned as finished.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +21,7 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError
 
 from autotune.backends import TrialRequest
+from autotune.backends.base import TrialProgress
 from autotune.results import TrialResult
 from autotune.workers.actor import RemoteTrialWorker
 
@@ -47,9 +55,13 @@ class WorkerPool:
     cpus_per_worker: float
     backend_kwargs: dict[str, Any] = field(default_factory=dict)
     start_timeout_s: float = 600.0
+    on_progress: Callable[[Any, TrialProgress], None] | None = None
+    progress_interval_s: float = 0.5
     _actors: dict[int, Any] = field(default_factory=dict, init=False)
     _pending: dict[Any, int] = field(default_factory=dict, init=False)  # readiness ref -> worker, not yet placed
     _busy: dict[Any, tuple[int, Any]] = field(default_factory=dict, init=False)  # ref -> (worker, key)
+    _trial_of: dict[int, tuple[Any, int]] = field(default_factory=dict, init=False)  # busy worker -> (key, number)
+    _polls: dict[Any, int] = field(default_factory=dict, init=False)  # progress ref -> worker
     _next_id: int = field(default=0, init=False)
 
     def start(self) -> None:
@@ -93,6 +105,7 @@ class WorkerPool:
     def submit(self, worker_id: int, key: Any, request: TrialRequest) -> None:
         ref = self._actors[worker_id].run.remote(request)
         self._busy[ref] = (worker_id, key)
+        self._trial_of[worker_id] = (key, request.trial_number)
 
     def actor(self, worker_id: int) -> Any:
         return self._actors[worker_id]
@@ -101,13 +114,14 @@ class WorkerPool:
         """Block until at least one trial finishes (or ``timeout``); return all that did."""
         if not self._busy:
             return []
-        done, _ = ray.wait(list(self._busy), num_returns=1, timeout=timeout)
+        done = self._wait_polling(timeout)
         if done:  # collect everything else already finished without blocking again
             more, _ = ray.wait([r for r in self._busy if r not in done], num_returns=len(self._busy) - len(done), timeout=0)
             done = list(done) + list(more)
         out = []
         for ref in done:
             wid, key = self._busy.pop(ref)
+            self._trial_of.pop(wid, None)
             try:
                 out.append(Finished(key, wid, result=ray.get(ref)))
             except WORKER_DEATH as e:
@@ -116,6 +130,45 @@ class WorkerPool:
                 self._replace(wid)
                 out.append(Finished(key, wid, worker_died=reason))
         return out
+
+    def _wait_polling(self, timeout: float | None) -> list[Any]:
+        """``ray.wait`` for one finished trial, in steps that poll progress in between."""
+        if self.on_progress is None:
+            done, _ = ray.wait(list(self._busy), num_returns=1, timeout=timeout)
+            return list(done)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            # Each call polls too, not only a step that timed out: with trials finishing
+            # every few seconds, a step that ends with nothing done may be rare.
+            self._poll_progress()
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            step = self.progress_interval_s if left is None else min(left, self.progress_interval_s)
+            done, _ = ray.wait(list(self._busy), num_returns=1, timeout=step)
+            if done or (left is not None and left <= step):
+                return list(done)
+
+    def _poll_progress(self) -> None:
+        """Hand over the snapshots that came back; ask each busy worker not already asked.
+
+        Never blocks: an answer arrives by the next step. A worker that died answers with
+        an error, ignored here: its trial's own reference reports the death.
+        """
+        assert self.on_progress is not None
+        if self._polls:
+            ready, _ = ray.wait(list(self._polls), num_returns=len(self._polls), timeout=0)
+            for ref in ready:
+                wid = self._polls.pop(ref)
+                try:
+                    snap = ray.get(ref)
+                except Exception:
+                    continue
+                running = self._trial_of.get(wid)
+                if snap is not None and running is not None and snap.trial_number == running[1]:
+                    self.on_progress(running[0], snap)
+        asked = set(self._polls.values())
+        for wid in self._trial_of:
+            if wid not in asked:
+                self._polls[self._actors[wid].progress.remote()] = wid
 
     def _replace(self, worker_id: int) -> None:
         actor = self._actors.pop(worker_id, None)
@@ -138,3 +191,5 @@ class WorkerPool:
         self._actors.clear()
         self._pending.clear()
         self._busy.clear()
+        self._trial_of.clear()
+        self._polls.clear()

@@ -25,14 +25,14 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
 import numpy as np
 
-from autotune.backends.base import TrialRequest
+from autotune.backends.base import EventHook, TrialRequest
 from autotune.backends.vllm.classify import (
     Classification,
     classify_death,
@@ -65,7 +65,6 @@ from autotune.telemetry import NvmlReport, NvmlSampler, thin
 from autotune.workload import generate_trace
 
 T = TypeVar("T")
-EventHook = Callable[[str, dict[str, Any]], None]
 # Points kept of the GPU timeline and of the /metrics snapshots: enough for the run's shape.
 SERIES_POINTS = 500
 
@@ -317,6 +316,7 @@ class VllmBackend:
         # This node's scratch space for the server log; the text travels back in the result.
         scratch = Path(tempfile.mkdtemp(prefix=f"autotune-trial-{req.trial_number}-", dir=self.scratch_root))
         try:
+            self._emit("loading_weights")
             extra: dict[str, Any] = {"gpu_memory_wait": gpu_wait, "weights": self._prefetch(req)}
             self._trial_starts = []
             self._sampler.start()
@@ -382,7 +382,7 @@ class VllmBackend:
 
         def on_done(o: RequestOutcome) -> bool:
             tally.add(RequestStatus.OK if o.ok else RequestStatus.ERROR, o.e2e_s)
-            self._emit("request_done", index=o.index, ok=o.ok, start=start_no, done=tally.done)
+            self._emit("request_done", index=o.index, ok=o.ok, e2e_s=o.e2e_s, start=start_no, done=tally.done)
             return tally.should_stop()
 
         gen = LoadGenerator(
@@ -428,7 +428,8 @@ class VllmBackend:
             self._stop(srv)
             cls = classify_death(read_log_lines(log, srv.log_offset), phase.reason, phase.end == PhaseEnd.HANG)
             deaths.append(cls)
-            self._emit("engine_died", start=start_no, failure_class=str(cls.failure_class), reason=cls.reason)
+            self._emit("engine_died", start=start_no, failure_class=str(cls.failure_class), reason=cls.reason,
+                       casualties=len(casualties))
             status = RequestStatus.OOM if cls.failure_class == FailureClass.RUNTIME_OOM else RequestStatus.ERROR
             for idx in sorted(casualties):
                 o = phase.outcomes[idx]
