@@ -288,10 +288,11 @@ class TrialSim:
                 p.first_token_s - p.send_s if p.first_token_s is not None else e2e)
             self._record(r.idx, p.send_s, ttft, e2e, p.tokens)
             self.gen.finished(now)
-            self._check_stop()
-            if self.stopped:
-                return
-        self._send_due()
+            if not self.stopped:
+                self._check_stop()
+        # Requests that finished in the step that stopped the benchmark still count as served.
+        if not self.stopped:
+            self._send_due()
 
     def _fail_lost(self, lost: list[SimRequest], status: RequestStatus, why: str) -> int:
         """Fail the benchmark requests whose sequences were lost; how many there were."""
