@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,11 @@ def config_dict(model: str, flags: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def header(study: str, trial: int, backend: str, metrics: dict[str, float], rule: str) -> str:
+def header(study: str, trial: int, backend: str, metrics: dict[str, float], rule: str,
+           evidence: Sequence[str] = ()) -> str:
+    """The comment header: where the config comes from, what it measured (``metrics``: the
+    means over its runs) and ``evidence`` lines (autotune.export.header: runs, intervals,
+    OOM bound, headroom)."""
     lines = [
         "# vLLM serving config exported by autotune",
         f"# study: {study}   trial: {trial}   backend: {backend}"
@@ -44,6 +49,7 @@ def header(study: str, trial: int, backend: str, metrics: dict[str, float], rule
         f"# exported: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"# chosen by: {rule}",
         "# measured: " + ", ".join(f"{k}={_fmt(v)}" for k, v in metrics.items()),
+        *(f"# {line}" for line in evidence),
         "# deploy: vllm serve --config <this file>",
     ]
     return "\n".join(lines) + "\n"

@@ -10,6 +10,9 @@ chosen so a kill at any point loses nothing:
 A driver killed before tell leaves a RUNNING trial that the next driver fails and
 re-enqueues (study/recovery.py); one killed after tell leaves an unlogged trial that the
 next driver logs. MLflow runs are keyed by trial number, so nothing is logged twice.
+
+The last trials of the target may be confirmation runs of the search's finalists
+(study/confirm.py): which kind of trial comes next is read from storage before each launch.
 """
 
 from __future__ import annotations
@@ -26,12 +29,13 @@ from autotune.security import scrub
 from autotune.space import SearchSpace
 from autotune.study import strategy
 from autotune.study.callbacks import Callback, StudyContext, Tally
+from autotune.study.confirm import Kind, Step, next_step, search_quota
 from autotune.study.objectives import constraint_values, objective_values
 from autotune.study.pareto import FrontCache
 from autotune.study.pool import FinishedTrial, WorkerPool
 from autotune.study.proposal import propose, server_spec, trial_request
 from autotune.study.pruning import StartupPredictor
-from autotune.study.record import State, TrialRecord
+from autotune.study.record import Role, State, TrialRecord, enqueue_attrs, records
 from autotune.study.recovery import Coordinator, fail_and_requeue
 from autotune.study.storage import with_retries
 
@@ -59,6 +63,7 @@ class TrialLoop:
         self.space = space
         self.pool = pool
         self.target = target
+        self.quota = search_quota(target, space.study.confirm)  # the rest of the target confirms
         self.seed = seed
         self.callbacks = list(callbacks)
         self.secrets = list(secrets)
@@ -101,14 +106,15 @@ class TrialLoop:
                 # Fresh counts before each launch: another driver sharing the study may have
                 # finished or started trials since the last heartbeat.
                 self._sync()
-                if self.tally.complete + self.tally.running_elsewhere + self.pool.running >= self.target:
+                step = self._step()
+                if step.kind in (Kind.WAIT, Kind.DONE):
                     break
-                nxt = self._next_launchable()
+                nxt = self._next_launchable(step)
                 if nxt is None:
                     break
                 self._launch(wid, *nxt)
             if self.pool.running == 0:
-                if self.tally.complete >= self.target or self._rejections >= MAX_CONSECUTIVE_REJECTIONS:
+                if self._step().kind == Kind.DONE or self._rejections >= MAX_CONSECUTIVE_REJECTIONS:
                     if self._rejections >= MAX_CONSECUTIVE_REJECTIONS:
                         self._notice("stopping: the last samples were all rejected; the space looks infeasible")
                     return
@@ -126,6 +132,17 @@ class TrialLoop:
             self._notice(f"failed and re-enqueued trials {orphans} left running by a dead driver")
         self._sync()
 
+    def _step(self) -> Step:
+        """What to launch next. While the counts say the search has launches left, no
+        storage read is needed; past that, the stored trials decide (confirm.next_step)."""
+        t = self.tally
+        if t.complete + t.running_elsewhere + self.pool.running < self.quota:
+            return Step(Kind.SEARCH)
+        if self.quota == self.target:  # no confirmation runs
+            return Step(Kind.DONE if t.complete >= self.target else Kind.WAIT)
+        trials = with_retries(lambda: self.study.get_trials(deepcopy=False), "get_trials")
+        return next_step(records(trials), self.space, self.target)
+
     def _sync(self) -> None:
         """Counts from storage, so drivers sharing a study stop at the same total."""
         c = self.coordinator.counts()
@@ -141,22 +158,35 @@ class TrialLoop:
                 cb.on_trial_progress(number, progress)
 
     # ---- one trial ---------------------------------------------------------------------------
-    def _next_launchable(self) -> tuple[optuna.Trial, TrialRecord] | None:
+    def _next_launchable(self, step: Step) -> tuple[optuna.Trial, TrialRecord] | None:
         while self._rejections < MAX_CONSECUTIVE_REJECTIONS:
+            if step.kind == Kind.CONFIRM:
+                self._enqueue_repeat(step.finalist)
             trial = with_retries(self.study.ask, "ask")
             self.coordinator.claim(trial)
             p = propose(trial, self.space, self.predictor)
             if p.reject_reason:
                 self._reject(trial, p.record, p.reject_reason)
+                if step.kind != Kind.SEARCH:
+                    return None  # the next step is decided afresh
                 continue
             self._rejections = 0
             _store(trial, p.record)
             return trial, p.record
         return None
 
+    def _enqueue_repeat(self, finalist: TrialRecord | None) -> None:
+        """A confirmation run of ``finalist``'s config, asked right after (a driver killed in
+        between leaves it WAITING, and the next one asks it)."""
+        assert finalist is not None
+        attrs = enqueue_attrs(Role.CONFIRM, finalist.reference, repeat_of=finalist.number)
+        # Not wrapped in with_retries: the storage retries each call itself, and repeating a
+        # whole enqueue after a lost acknowledgement would enqueue the run twice.
+        self.study.enqueue_trial(finalist.params, user_attrs=attrs)
+
     def _launch(self, worker_id: int, trial: optuna.Trial, record: TrialRecord) -> None:
         request = trial_request(record, self.space, self.server, self.seed,
-                                strategy.early_stop_rule(self.front.trials(), self.space))
+                                strategy.early_stop_rule(self.front.trials(), self.space, record.role))
         self.launched += 1
         self._running[record.number] = (trial, record)
         for cb in self.callbacks:

@@ -1,8 +1,6 @@
-"""The Pareto front of a study, and the rule that picks one config to deploy."""
+"""The Pareto front of a study (the rule that picks one config to deploy is export_rule.py)."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import optuna
 from optuna.study import StudyDirection
@@ -72,32 +70,3 @@ class FrontCache:
         av = [s * v for s, v in zip(self._signs, a.values, strict=True)]
         bv = [s * v for s, v in zip(self._signs, b.values, strict=True)]
         return all(x <= y for x, y in zip(av, bv, strict=True)) and av != bv
-
-
-@dataclass(frozen=True)
-class Choice:
-    trial: TrialRecord
-    rule: str
-
-
-def choose_for_export(study: optuna.Study, space: SearchSpace, max_oom_per_1k: float) -> Choice | None:
-    """The documented export rule (docs/export.md).
-
-    Among Pareto trials, the lowest p99_e2e_s whose oom_per_1k <= ``max_oom_per_1k``;
-    if none is within the limit, the lowest oom_per_1k (ties broken by p99). Trials that
-    stopped early are skipped: their numbers are estimates.
-    """
-    front = [r for r in pareto_trials(study) if not r.early_stopped]
-    if not front:
-        return None
-    names = space.objective_names
-
-    def key(r: TrialRecord) -> tuple[float, float]:
-        return r.metric("oom_per_1k", names), r.metric("p99_e2e_s", names)
-
-    within = [r for r in front if key(r)[0] <= max_oom_per_1k]
-    if within:
-        best = min(within, key=lambda r: (key(r)[1], key(r)[0], r.number))
-        return Choice(best, f"lowest p99_e2e_s among Pareto trials with oom_per_1k <= {max_oom_per_1k:g}")
-    best = min(front, key=lambda r: (key(r)[0], key(r)[1], r.number))
-    return Choice(best, f"no Pareto trial has oom_per_1k <= {max_oom_per_1k:g}: lowest oom_per_1k")

@@ -35,7 +35,7 @@ def propose(trial: optuna.Trial, space: SearchSpace, predictor: StartupPredictor
     flags.update(repaired)
     reason = "; ".join(violated) or strategy.prune_reason(predictor, flags, asked.role)
     record = TrialRecord(trial.number, State.RUNNING, asked.role, asked.reference, params=params, flags=flags,
-                         requeued_from=asked.requeued_from, started_at=asked.started_at)
+                         requeued_from=asked.requeued_from, repeat_of=asked.repeat_of, started_at=asked.started_at)
     return Proposal(record, reason)
 
 

@@ -8,9 +8,9 @@ module only: the trial loop, recovery, `autotune status`, export, MLflow trackin
 plots all see a :class:`TrialRecord`.
 
 The keys are the ones studies were stored with before this module existed, so studies
-created by older versions resume and read unchanged. A new link between trials (issue 11:
-a confirmation run pointing to the trial whose config it repeats) is one more field here
-and one more key in :meth:`TrialRecord.user_attrs` / :meth:`TrialRecord.from_frozen`.
+created by older versions resume and read unchanged. Links between trials: ``requeued_from``
+(a re-run of a trial whose process died) and ``repeat_of`` (a confirmation run of the config
+a search trial measured, role ``confirm``; docs/export.md).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class Role(StrEnum):
     BASELINE = "baseline"  # vLLM's defaults, measured first
     REFERENCE = "reference"  # a hand-tuned config from the space's ``references``
     SEARCH = "search"  # sampled
+    CONFIRM = "confirm"  # a finalist's config measured again after the search (``repeat_of``)
 
 
 # The reference name of the baseline trial.
@@ -73,6 +74,7 @@ class TrialRecord:
     started: bool = True  # the engine served; False for a startup failure or a rejected sample
     worker: int | None = None
     requeued_from: int | None = None  # the failed trial this one re-runs
+    repeat_of: int | None = None  # role confirm: the search trial whose config this measures again
     warnings: list[str] = field(default_factory=list)
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
@@ -120,6 +122,8 @@ class TrialRecord:
             out["reference"] = self.reference
         if self.requeued_from is not None:
             out["requeued_from"] = self.requeued_from
+        if self.repeat_of is not None:
+            out["repeat_of"] = self.repeat_of
         if self.flags:
             out["flags"] = dict(self.flags)
         if self.state in (State.COMPLETE, State.FAILED, State.REJECTED):
@@ -162,6 +166,7 @@ class TrialRecord:
             started=bool(a.get("started", state != State.REJECTED)),
             worker=a.get("worker"),
             requeued_from=a.get("requeued_from"),
+            repeat_of=a.get("repeat_of"),
             warnings=list(a.get("warnings") or []),
             started_at=t.datetime_start,
             finished_at=t.datetime_complete,
@@ -179,9 +184,12 @@ def state_of(t: FrozenTrial) -> State:
     return State.FAILED  # FAIL, and PRUNED (autotune never prunes)
 
 
-def enqueue_attrs(role: Role, reference: str = "", requeued_from: int | None = None) -> dict[str, Any]:
-    """User attributes of a trial enqueued to measure a given config (warm start, re-run)."""
-    return TrialRecord(-1, State.WAITING, role, reference, requeued_from=requeued_from).user_attrs()
+def enqueue_attrs(role: Role, reference: str = "", requeued_from: int | None = None,
+                  repeat_of: int | None = None) -> dict[str, Any]:
+    """User attributes of a trial enqueued to measure a given config (warm start, re-run,
+    confirmation)."""
+    return TrialRecord(-1, State.WAITING, role, reference, requeued_from=requeued_from,
+                       repeat_of=repeat_of).user_attrs()
 
 
 def _role(stored: Any, reference: str) -> Role:

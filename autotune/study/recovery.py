@@ -119,8 +119,10 @@ def fail_and_requeue(study: optuna.Study, t: FrozenTrial, reason: str) -> bool:
 def _requeue(study: optuna.Study, failed: TrialRecord) -> None:
     """Enqueue what ``failed`` measured or, killed before its suggestions, was enqueued to
     measure (``params`` holds both), so the re-run measures that and not a fresh sample.
-    Its new trial number is linked back by ``requeued_from`` (Optuna never reuses numbers)."""
-    study.enqueue_trial(failed.params, user_attrs=enqueue_attrs(failed.role, failed.reference, failed.number))
+    Its new trial number is linked back by ``requeued_from`` (Optuna never reuses numbers); a
+    confirmation run's re-run stays a confirmation run of the same config (``repeat_of``)."""
+    study.enqueue_trial(failed.params, user_attrs=enqueue_attrs(failed.role, failed.reference, failed.number,
+                                                                failed.repeat_of))
 
 
 def recover_orphans(study: optuna.Study, me: DriverId, stale_after_s: float = 120.0) -> list[int]:

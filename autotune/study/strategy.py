@@ -20,9 +20,11 @@ from autotune.study.pruning import StartupPredictor
 from autotune.study.record import Role, TrialRecord
 
 
-def early_stop_rule(front: list[TrialRecord], space: SearchSpace) -> EarlyStopRule | None:
-    """The rule a trial's benchmark checks, from the front as it stands at dispatch."""
-    if not space.study.strategy.early_stop or space.objective_names[:2] != ["oom_per_1k", "p99_e2e_s"]:
+def early_stop_rule(front: list[TrialRecord], space: SearchSpace, role: Role = Role.SEARCH) -> EarlyStopRule | None:
+    """The rule a trial's benchmark checks, from the front as it stands at dispatch. None for
+    a confirmation run: it exists to measure a finalist in full."""
+    if (not space.study.strategy.early_stop or role == Role.CONFIRM
+            or space.objective_names[:2] != ["oom_per_1k", "p99_e2e_s"]):
         return None
     pts = front_points(front, space)
     return EarlyStopRule(front=tuple(pts)) if pts else None
@@ -32,8 +34,9 @@ def prune_reason(predictor: StartupPredictor | None, flags: dict[str, Any], role
     """Why a sample must not launch ('' to launch it).
 
     Baseline and reference configs are measured as-is, even when predicted to fail: they
-    are the comparison points, and a wrong prediction about them is worth finding out.
+    are the comparison points, and a wrong prediction about them is worth finding out. A
+    confirmation run repeats a config that already ran: it is measured, whatever the model says.
     """
-    if predictor is None or role in (Role.BASELINE, Role.REFERENCE):
+    if predictor is None or role in (Role.BASELINE, Role.REFERENCE, Role.CONFIRM):
         return ""
     return predictor.failure(flags)

@@ -126,7 +126,7 @@ def test_status_json_and_export(sim_study, capsys, tmp_path):
 
 
 def test_export_rule_prefers_lowest_p99_within_oom_limit(sim_study):
-    from autotune.study.pareto import choose_for_export
+    from autotune.study.export_rule import choose_for_export
     from autotune.study.record import TrialRecord
 
     summary, out = sim_study

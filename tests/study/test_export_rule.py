@@ -5,7 +5,8 @@ from __future__ import annotations
 import optuna
 
 from autotune.space.schema import SearchSpace
-from autotune.study.pareto import choose_for_export, pareto_numbers
+from autotune.study.export_rule import choose_for_export
+from autotune.study.pareto import pareto_numbers
 from autotune.study.record import Role, State, TrialRecord
 
 SPACE = SearchSpace.model_validate({

@@ -135,7 +135,8 @@ def test_hooks_follow_the_crash_safety_order():
 def test_record_holds_the_flags_as_run_after_a_repair():
     rec = Recorder()
     pool = InlinePool(_ok)
-    study = _loop(_space(), pool, target=12, callbacks=[rec])
+    # Twelve sampled trials, as before confirmation runs existed (they would take the last six).
+    study = _loop(_space(confirm={"finalists": 0}), pool, target=12, callbacks=[rec])
     for r, req in zip(rec.ended, pool.requests, strict=True):
         assert r.flags == req.flags and r.flags["max_num_batched_tokens"] >= 4096  # repaired up to max_model_len
         stored = TrialRecord.from_frozen(study.trials[r.number])

@@ -1,0 +1,80 @@
+"""The evidence lines of an exported config's header: what was measured, how often, how sure.
+
+Written for a reader who is not a statistician (docs/export.md explains each line): how
+many runs and requests stand behind the figures, each figure with its 95 % interval, what
+the OOM count shows about the limit (and, when it shows nothing, how many more requests
+would), the memory headroom per GPU against the required margin, and anything the data
+does not support.
+"""
+
+from __future__ import annotations
+
+import math
+
+from autotune.study.evidence import ConfigEvidence, StudyEvidence
+from autotune.study.export_rule import LATENCY, SHOWN, Choice
+
+
+def evidence_lines(choice: Choice, study: StudyEvidence, max_oom_per_1k: float, min_headroom_gib: float) -> list[str]:
+    """Comment lines (without '# ') for the header of the config ``choice`` picked."""
+    c = choice.config
+    runs = "run" if c.n == 1 else "runs"
+    lines = [f"evidence: {c.n} {runs} of this config (trials {', '.join(map(str, c.numbers))}), each a fresh "
+             f"server start on the same benchmark; {_requests(c)}"]
+    for metric, i in c.intervals.items():
+        if not i.known:
+            lines.append(f"{metric}: {_fmt(i.mean, metric)} (one run: no interval)")
+            continue
+        what = "mean of the runs" if c.n > 1 else "one run"
+        lines.append(f"{metric}: {_fmt(i.mean, metric)} ({what}; 95 % interval {_fmt(i.low, metric)} to "
+                     f"{_fmt(i.high, metric)}{_spread(study, metric)})")
+    lines.append(oom_line(c, max_oom_per_1k, choice.tier == SHOWN))
+    h = c.headroom
+    gib = f"{h.gib:.2f} GiB" if h.known else "unknown"
+    lines.append(f"memory headroom per GPU: {gib} ({h.detail}); required margin {min_headroom_gib:g} GiB")
+    lines += [f"NOTE: {n}" for n in choice.notes]
+    return lines
+
+
+def oom_line(c: ConfigEvidence, limit: float, shown: bool) -> str:
+    """What the OOM count shows about ``limit``; how many more requests when it shows nothing."""
+    o = c.oom
+    if not o.requests:
+        return (f"oom_per_1k: {o.rate_per_1k:g} measured; the runs did not record their request counts, so nothing "
+                f"is shown about the limit of {limit:g}")
+    head = f"oom_per_1k: {o.events} OOMs in {o.requests} requests ({o.rate_per_1k:.3g} per 1000); with 95 % " \
+           f"confidence at most {o.upper_per_1k:.3g} per 1000"
+    if shown:
+        return f"{head}, within the limit of {limit:g}"
+    need = o.requests_to_show(limit)
+    if need is None or o.rate_per_1k > limit:
+        return f"{head}: NOT shown within the limit of {limit:g}"
+    return (f"{head}: NOT shown within the limit of {limit:g}; showing it needs {need - o.requests} more requests "
+            f"with no OOM ({need} in all; e.g. more confirmation runs, study.confirm.repeats)")
+
+
+def _requests(c: ConfigEvidence) -> str:
+    return f"{c.oom.requests} requests in all" if c.oom.requests else "request counts not recorded"
+
+
+def _spread(study: StudyEvidence, metric: str) -> str:
+    sd, df = study.spread.get(metric, (math.nan, 0))
+    if not df:
+        return ""
+    pooled = study.pooled()
+    return f"; run-to-run spread {100 * sd:.1f} % from {sum(c.n for c in pooled)} runs of {len(pooled)} configs"
+
+
+def _fmt(v: float, metric: str) -> str:
+    if math.isnan(v):
+        return "nan"
+    unit = "/s" if metric.endswith("_per_s") else " s" if metric.endswith("_s") else ""
+    return f"{v:.4g}{unit}"
+
+
+def latency_summary(c: ConfigEvidence) -> str:
+    """p99 in one phrase, for the command's output."""
+    i = c.interval(LATENCY)
+    if not i.known:
+        return f"p99_e2e_s {_fmt(i.mean, LATENCY)} (one run)"
+    return f"p99_e2e_s {_fmt(i.mean, LATENCY)} (95 % interval {_fmt(i.low, LATENCY)} to {_fmt(i.high, LATENCY)}, {c.n} runs)"

@@ -1,0 +1,155 @@
+"""Per-config evidence: every full run of one config, summarised with its uncertainty.
+
+A *config* is the flags as run (after repair); every launched trial that ran them to the
+end of the benchmark is one run of it, whatever its role (a search sample, the baseline,
+a confirmation run, a sample that happened to repeat a config). Trials stopped early are
+left out (their figures are estimates), as are trials that never launched.
+
+For each config: the mean and 95 % interval of every reported metric over its runs
+(:mod:`autotune.study.stats`; the relative run-to-run spread pooled over the study's
+configs measured more than once), OOMs counted over all its requests with an exact upper
+bound, and its memory headroom (:mod:`autotune.study.headroom`). Status, the export rule,
+the choice of finalists and the export header all read these, for every backend.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.space import SearchSpace
+from autotune.study import stats
+from autotune.study.headroom import Headroom, headroom
+from autotune.study.record import TrialRecord
+
+# Metrics given an interval besides the objectives (what the export header shows).
+SHOWN_METRICS = ("p99_e2e_s", "p50_e2e_s", "p99_ttft_s", "output_tok_per_s")
+OOM_METRIC = "oom_per_1k"  # counted, not averaged: see OomEvidence
+
+
+@dataclass(frozen=True)
+class OomEvidence:
+    """OOMs over every request a config served, and what they show (one-sided 95 %)."""
+
+    events: int
+    requests: int  # 0 when the runs did not report their request counts (then events is 0 too)
+    rate_per_1k: float  # over all requests; the mean of the runs' rates when counts are unknown
+
+    @property
+    def upper_per_1k(self) -> float:
+        """With 95 % confidence the config's OOM rate is at most this (NaN: counts unknown)."""
+        return 1000.0 * stats.clopper_pearson_upper(self.events, self.requests) if self.requests else math.nan
+
+    def shown_within(self, limit_per_1k: float) -> bool:
+        return self.requests > 0 and self.upper_per_1k <= limit_per_1k
+
+    def requests_to_show(self, limit_per_1k: float) -> int | None:
+        """Requests in all (with no further OOM) that would show the limit; None if none can."""
+        return stats.trials_needed(self.events, limit_per_1k / 1000.0)
+
+
+@dataclass(frozen=True)
+class ConfigEvidence:
+    flags: dict[str, Any]
+    runs: tuple[TrialRecord, ...]  # full runs, by trial number
+    usable: bool  # every run served and met the study's constraints (SLOs, startup, serving)
+    oom: OomEvidence
+    intervals: dict[str, stats.Interval]  # metric -> mean and 95 % interval over the runs
+    headroom: Headroom
+
+    @property
+    def first(self) -> TrialRecord:
+        """The config's first run: the trial that stands for it (in status, MLflow, links)."""
+        return self.runs[0]
+
+    @property
+    def n(self) -> int:
+        return len(self.runs)
+
+    @property
+    def numbers(self) -> list[int]:
+        return [r.number for r in self.runs]
+
+    def interval(self, metric: str) -> stats.Interval:
+        return self.intervals.get(metric) or stats.Interval(math.nan, math.nan, math.nan, 0, False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """For `autotune status --json`: plain numbers, NaN as None."""
+        return {
+            "trials": self.numbers,
+            "runs": self.n,
+            "flags": self.flags,
+            "usable": self.usable,
+            "requests": self.oom.requests,
+            "ooms": self.oom.events,
+            "oom_per_1k": _clean(self.oom.rate_per_1k),
+            "oom_per_1k_upper95": _clean(self.oom.upper_per_1k),
+            "metrics": {k: {"mean": _clean(i.mean), "ci95": [_clean(i.low), _clean(i.high)] if i.known else None}
+                        for k, i in self.intervals.items()},
+            "headroom_gib": _clean(self.headroom.gib),
+            "headroom": self.headroom.detail,
+        }
+
+
+@dataclass(frozen=True)
+class StudyEvidence:
+    configs: list[ConfigEvidence]  # by first trial number
+    spread: dict[str, tuple[float, int]]  # metric -> (pooled relative sd, degrees of freedom)
+
+    def pooled(self) -> list[ConfigEvidence]:
+        """The configs the run-to-run spread is estimated from: usable, measured more than once."""
+        return [c for c in self.configs if c.usable and c.n > 1]
+
+
+def config_key(flags: dict[str, Any]) -> str:
+    """Identity of a config: its flags as run, order-free."""
+    return json.dumps(flags, sort_keys=True, default=str)
+
+
+def full_runs(records: Iterable[TrialRecord]) -> dict[str, list[TrialRecord]]:
+    """Launched trials that ran the whole benchmark, grouped by config, in trial order."""
+    groups: dict[str, list[TrialRecord]] = {}
+    for r in sorted(records, key=lambda x: x.number):
+        if r.launched and not r.early_stopped and r.flags:
+            groups.setdefault(config_key(r.flags), []).append(r)
+    return groups
+
+
+def summarize(records: Iterable[TrialRecord], space: SearchSpace) -> StudyEvidence:
+    """Every config the study ran in full, with its statistics."""
+    groups = list(full_runs(records).values())
+    usable = [all(r.started and r.feasible for r in g) for g in groups]
+    metrics = [m for m in dict.fromkeys([*space.objective_names, *SHOWN_METRICS]) if m != OOM_METRIC]
+    # The spread is pooled over usable configs only: a crash loop's latency is not a config's noise.
+    spread = {m: stats.pooled_relative_sd([_values(g, m) for g, ok in zip(groups, usable, strict=True) if ok])
+              for m in metrics}
+    configs = []
+    for g, ok in zip(groups, usable, strict=True):
+        intervals = {m: stats.mean_interval(_values(g, m), *spread[m]) for m in metrics if _values(g, m)}
+        configs.append(ConfigEvidence(dict(g[0].flags), tuple(g), ok, _ooms(g), intervals,
+                                      headroom(g[0].flags, [r.metrics for r in g], space)))
+    return StudyEvidence(configs, spread)
+
+
+def _values(runs: Sequence[TrialRecord], metric: str) -> list[float]:
+    return [v for r in runs if not math.isnan(v := r.metrics.get(metric, math.nan))]
+
+
+def _ooms(runs: Sequence[TrialRecord]) -> OomEvidence:
+    """OOMs and requests summed over the runs. A run recorded without its counts leaves only
+    the rates: nothing can be shown from them, the mean rate is still the best estimate."""
+    events = requests = 0
+    for r in runs:
+        n, k = r.metrics.get("requests", math.nan), r.metrics.get("requests_oom", math.nan)
+        if math.isnan(n) or math.isnan(k):
+            rates = _values(runs, OOM_METRIC)
+            return OomEvidence(0, 0, sum(rates) / len(rates) if rates else math.nan)
+        events, requests = events + int(k), requests + int(n)
+    return OomEvidence(events, requests, 1000.0 * events / requests if requests else math.nan)
+
+
+def _clean(v: float) -> float | None:
+    return None if isinstance(v, float) and math.isnan(v) else v

@@ -1,0 +1,135 @@
+"""The rule that picks one config to deploy, from what the data supports (docs/export.md).
+
+1. Candidates: every config run in full whose every run served and met the study's
+   constraints (:mod:`autotune.study.evidence`).
+2. OOMs: the configs whose OOM rate is *shown* to be within the limit (exact one-sided 95 %
+   upper bound over all their requests) come first; if there is none, those whose measured
+   rate is within it (and the export says what is not shown, and how many more requests
+   would show it); if there is none either, the lowest measured rate.
+3. Latency: among those, the lowest upper end of the 95 % interval of p99_e2e_s. A config
+   measured once and one measured three times are compared fairly: the once-measured one
+   has the wider interval (the pooled run-to-run spread over one run instead of three), so
+   a lucky single measurement does not beat a confirmed config unless it is better by more
+   than the noise. With no config measured twice there is no interval; the measured p99 ranks.
+4. Margin: a config whose memory headroom per GPU is below ``export.min_headroom_gib`` is
+   passed over while a config with that margin has a mean p99 within the interval of the
+   best one.
+
+Ties fall to the lower trial number. The same rule, applied again to what is left, names
+the finalists that confirmation runs measure again (:func:`finalists`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import optuna
+
+from autotune.space import SearchSpace
+from autotune.study.evidence import ConfigEvidence, StudyEvidence, summarize
+from autotune.study.record import TrialRecord, records
+
+LATENCY = "p99_e2e_s"
+# The OOM limit confirmation chooses its finalists for: `autotune export`'s default.
+DEFAULT_MAX_OOM_PER_1K = 1.0
+
+SHOWN, MEASURED, OVER = 0, 1, 2  # OOM tiers: within the limit with 95 % confidence, as measured, over it
+
+
+@dataclass(frozen=True)
+class Choice:
+    config: ConfigEvidence
+    rule: str  # what picked it, in words
+    tier: int  # SHOWN, MEASURED or OVER (of the OOM limit)
+    notes: list[str] = field(default_factory=list)  # what the data does not support, and why this one anyway
+
+    @property
+    def trial(self) -> TrialRecord:
+        """The trial that stands for the config (its first full run)."""
+        return self.config.first
+
+
+def tier(c: ConfigEvidence, limit: float) -> int:
+    if c.oom.shown_within(limit):
+        return SHOWN
+    return MEASURED if c.oom.rate_per_1k <= limit else OVER
+
+
+def latency_bound(c: ConfigEvidence) -> float:
+    """The upper end of p99's 95 % interval (the measured value when there is no interval)."""
+    i = c.interval(LATENCY)
+    return math.inf if math.isnan(i.high) else i.high
+
+
+def _order(c: ConfigEvidence, t: int) -> tuple[float, float, int]:
+    if t == OVER:
+        return c.oom.rate_per_1k, latency_bound(c), c.first.number
+    return latency_bound(c), c.oom.rate_per_1k, c.first.number
+
+
+def choose(configs: Sequence[ConfigEvidence], max_oom_per_1k: float, min_headroom_gib: float) -> Choice | None:
+    """The export rule over ``configs`` (steps 2-4 of the module's docstring)."""
+    usable = [c for c in configs if c.usable]
+    if not usable:
+        return None
+    best_tier = min(tier(c, max_oom_per_1k) for c in usable)
+    pool = sorted((c for c in usable if tier(c, max_oom_per_1k) == best_tier), key=lambda c: _order(c, best_tier))
+    best = pool[0]
+    lim = f"{max_oom_per_1k:g}"
+    rule = {
+        SHOWN: f"lowest p99_e2e_s upper bound among configs shown (95 %) to have oom_per_1k <= {lim}",
+        MEASURED: f"lowest p99_e2e_s upper bound among configs measured with oom_per_1k <= {lim} "
+                  "(none is shown within it with 95 % confidence)",
+        OVER: f"no config has oom_per_1k <= {lim}: lowest oom_per_1k",
+    }[best_tier]
+    notes: list[str] = []
+    chosen = best
+    if best.headroom.below(min_headroom_gib):
+        within = [c for c in pool if c.headroom.known and not c.headroom.below(min_headroom_gib)
+                  and c.interval(LATENCY).mean <= latency_bound(best)]
+        if within:
+            chosen = within[0]
+            notes.append(f"trial {best.first.number}'s config ranked first but has {best.headroom.gib:.2f} GiB of "
+                         f"headroom per GPU, below the {min_headroom_gib:g} GiB margin; this config has the margin "
+                         "and its mean p99_e2e_s is within the first's 95 % interval")
+        else:
+            notes.append(f"headroom {best.headroom.gib:.2f} GiB per GPU is below the {min_headroom_gib:g} GiB margin, "
+                         "and no config with the margin is within this one's 95 % interval of p99_e2e_s")
+    return Choice(chosen, rule, best_tier, notes)
+
+
+def finalists(configs: Sequence[ConfigEvidence], k: int, max_oom_per_1k: float = DEFAULT_MAX_OOM_PER_1K,
+              min_headroom_gib: float = 0.0) -> list[ConfigEvidence]:
+    """The ``k`` configs the export rule would pick one after another: what confirmation
+    measures again. When none of them has the headroom margin and a config that has it
+    could be picked too (same OOM tier), the best such one takes the last place, so the
+    margin rule has a confirmed config to fall back on."""
+    left = list(configs)
+    out: list[ConfigEvidence] = []
+    while len(out) < k:
+        c = choose(left, max_oom_per_1k, min_headroom_gib)
+        if c is None:
+            break
+        out.append(c.config)
+        left = [x for x in left if x is not c.config]
+    if out and not any(_has_margin(c, min_headroom_gib) for c in out):
+        top = tier(out[0], max_oom_per_1k)
+        spare = [c for c in left if c.usable and _has_margin(c, min_headroom_gib) and tier(c, max_oom_per_1k) == top]
+        if spare:
+            out[-1] = min(spare, key=lambda c: _order(c, top))
+    return out
+
+
+def _has_margin(c: ConfigEvidence, min_headroom_gib: float) -> bool:
+    return c.headroom.known and not c.headroom.below(min_headroom_gib)
+
+
+def study_evidence(study: optuna.Study, space: SearchSpace) -> StudyEvidence:
+    return summarize(records(study.get_trials(deepcopy=False)), space)
+
+
+def choose_for_export(study: optuna.Study, space: SearchSpace, max_oom_per_1k: float) -> Choice | None:
+    """The documented export rule on a stored study, with the space's margin."""
+    return choose(study_evidence(study, space).configs, max_oom_per_1k, space.export.min_headroom_gib)
