@@ -74,9 +74,9 @@ class Progress(Callback):
         assert self.ctx is not None
         flags = record.searched_flags(list(self.ctx.space.params))
         shown = " ".join(f"{k}={human(v, digits=6)}" for k, v in flags.items())  # as set, not rounded
-        self.console.print(f"trial {record.number}{_tag(record)} started: {escape(shown)}")
         self._running[record.number] = None
-        self._refresh()
+        self._show_running()
+        self.console.print(f"trial {record.number}{_tag(record)} started: {escape(shown)}")
 
     def on_trial_progress(self, number: int, progress: TrialProgress) -> None:
         if number not in self._running:
@@ -85,12 +85,13 @@ class Progress(Callback):
         if self.mode == "plain":
             self._plain(number, progress)
         else:
-            self._refresh()
+            self._show_running()
 
     def on_trial_end(self, record: TrialRecord, result: TrialResult | None) -> None:
         assert self.ctx is not None
         self._running.pop(record.number, None)
         self._printed.pop(record.number, None)
+        self._show_running()
         c, names = self.ctx.tally, self.ctx.space.objective_names
         vals = "  ".join(f"{n}={human(v)}" for n, v in zip(names, record.values or (), strict=False))
         color = _COLOR.get(record.state, "white")
@@ -101,7 +102,6 @@ class Progress(Callback):
         )
         if record.state == State.COMPLETE:
             self._front([(r.number, r.values or []) for r in self.ctx.front.trials()], names)
-        self._refresh()
 
     # ---- output --------------------------------------------------------------------------------
     def _plain(self, number: int, p: TrialProgress) -> None:
@@ -113,7 +113,9 @@ class Progress(Callback):
             self._printed[number] = (headline, now)
             self.console.print(f"  trial {number}: {describe(p)}")
 
-    def _refresh(self) -> None:
+    def _show_running(self) -> None:
+        """rich: the live region's rows, one per running trial (before a print, which
+        redraws the region, so the print never shows a stale one)."""
         if self._live is None:
             return
         rows = [Text(f"  trial {n}: {describe(p) if p else Phase.DISPATCHED}") for n, p in sorted(self._running.items())]
