@@ -1,21 +1,90 @@
-"""`autotune ui`: the MLflow UI on the study's tracking store, bound to 127.0.0.1."""
+"""`autotune ui`: the MLflow UI on the study's tracking store, bound to 127.0.0.1.
+
+It prints direct links (the trials table; vLLM's defaults against the Pareto front as a
+parallel-coordinates plot) because MLflow opens an experiment in its GenAI view and with
+default columns otherwise (autotune/tracking/views.py).
+
+The MLflow server is started in a session of its own and stopped as a whole process
+group: ``mlflow server`` runs uvicorn (and, unless told not to, a job runner with its huey
+consumers) as children it does not stop itself, so signalling only the process we start
+leaves them behind. A SIGKILL of `autotune ui` itself cannot be forwarded and leaves the
+server running.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from autotune.cli.app import app
-from autotune.cli.common import find_run_dir
+from autotune.cli.common import find_run_dir, saved_space
+from autotune.errors import UserError
+from autotune.rundir import RunDir
+from autotune.security import mask_url
+
+STOP_GRACE_S = 10.0
+READY_TIMEOUT_S = 180.0
+
+
+class _Terminated(Exception):
+    """SIGTERM, raised in the main thread so the server group is stopped on the way out."""
 
 
 def ui_command(backend_uri: str, host: str, port: int, artifacts: Path) -> list[str]:
-    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", backend_uri,
-            "--default-artifact-root", artifacts.resolve().as_uri(), "--host", host, "--port", str(port)]
+    root = artifacts.resolve().as_uri()
+    # One worker: the UI needs no more, and it starts in seconds instead of tens of them.
+    # --artifacts-destination: MLflow's default is ./mlartifacts in the working directory.
+    return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
+            "--default-artifact-root", root, "--artifacts-destination", root,
+            "--host", host, "--port", str(port), "--workers", "1"]
+
+
+def server_env() -> dict[str, str]:
+    """No job runner (7 huey consumers that serve MLflow's GenAI jobs, not this UI), no telemetry."""
+    return {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
+
+
+def study_links(run_dir: RunDir, base_url: str) -> list[tuple[str, str]]:
+    """(label, URL) per study experiment in the run directory's store."""
+    from mlflow.tracking import MlflowClient
+
+    from autotune.tracking.views import compare_path, experiment_path
+
+    client = MlflowClient(tracking_uri=run_dir.mlflow_url)
+    exps = [e for e in client.search_experiments() if e.experiment_id != "0"]
+    if not exps:
+        raise UserError(f"--out {run_dir.root}: the MLflow store holds no study yet; run 'autotune run --out "
+                        f"{run_dir.root}' first")
+    links = []
+    for e in exps:
+        links.append((f"study {e.name}, all trials", base_url + "/" + experiment_path(e.experiment_id)))
+        links.append((f"study {e.name}, vLLM defaults vs Pareto front", base_url + "/" + compare_path(e.experiment_id)))
+    return links
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM the server's process group; SIGKILL whatever is left after ``grace_s``."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        proc.poll()  # reap the leader: an exited but unreaped process still counts in its group
+        if not _group_alive(proc.pid):
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 @app.command()
@@ -24,13 +93,80 @@ def ui(
     port: Annotated[int, typer.Option(help="port")] = 5000,
     host: Annotated[str, typer.Option(help="bind address; keep 127.0.0.1 unless you mean to expose it")] = "127.0.0.1",
 ) -> None:
-    """Start the MLflow UI on the run directory's store and print its URL."""
+    """Serve the run directory's MLflow store and print links to the study's views."""
     run_dir = find_run_dir(out)
-    cmd = ui_command(run_dir.mlflow_url, host, port, run_dir.mlflow_artifacts)
-    typer.echo(f"MLflow UI: http://{host}:{port}   (Ctrl-C to stop)", err=False)
-    proc = subprocess.Popen(cmd)
+    _check_store(run_dir)
+    _check_port_free(host, port)
+    base = f"http://{host}:{port}"
+    links = study_links(run_dir, base)
+    typer.echo(f"starting the MLflow UI on {base} (Ctrl-C to stop) ...")
+    proc = subprocess.Popen(ui_command(run_dir.mlflow_url, host, port, run_dir.mlflow_artifacts),
+                            env=server_env(), start_new_session=True)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    code = 0
     try:
-        sys.exit(proc.wait())
+        if _wait_ready(proc, base) or proc.poll() is None:
+            typer.echo(f"MLflow UI: {base}")
+            for label, url in links:
+                typer.echo(f"  {label}:\n    {url}")
+        code = proc.wait()
+        if code:
+            typer.echo(f"error: the MLflow server exited with status {code} (its output is above)", err=True)
     except KeyboardInterrupt:
-        proc.terminate()
-        proc.wait(timeout=10)
+        code = 130
+    except _Terminated:
+        code = 128 + signal.SIGTERM
+    finally:
+        stop_group(proc)
+        signal.signal(signal.SIGTERM, previous)
+    raise typer.Exit(code)
+
+
+def _check_store(run_dir: RunDir) -> None:
+    db = run_dir.root / "mlflow.db"
+    if db.exists():
+        return
+    uri = (saved_space(run_dir).get("study") or {}).get("mlflow_tracking_uri")
+    if uri:
+        raise UserError(f"--out {run_dir.root}: this study logs to {mask_url(uri)}, not to the run directory; "
+                        "open that MLflow server instead")
+    raise UserError(f"--out {run_dir.root}: no MLflow store ({db.name}) here; run 'autotune run --out "
+                    f"{run_dir.root}' first")
+
+
+def _check_port_free(host: str, port: int) -> None:
+    with socket.socket() as s:
+        # As the server binds: a port left in TIME_WAIT by an earlier server is free.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise UserError(f"--port {port}: cannot listen on {host}:{port} ({e.strerror}); "
+                            "pick a free port with --port") from None
+
+
+def _wait_ready(proc: subprocess.Popen, base: str) -> bool:
+    """Whether the server answers /health before it exits or the timeout passes."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            time.sleep(0.5)
+    return False
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated()

@@ -11,16 +11,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import optuna
 from optuna.trial import TrialState
 
 from autotune.results import TrialResult
 from autotune.rundir import RunDir
 from autotune.study.callbacks import Callback, StudyContext
 from autotune.study.pareto import pareto_numbers
-from autotune.study.record import TrialRecord
+from autotune.study.record import Role, TrialRecord, records
 from autotune.study.trial_files import existing_files
 from autotune.tracking.mlflow_tracker import MlflowTracker
 from autotune.tracking.report import trial_log, write_plots
+from autotune.tracking.views import experiment_tags
 
 
 class MlflowLogger(Callback):
@@ -36,7 +38,10 @@ class MlflowLogger(Callback):
 
     def on_study_start(self, ctx: StudyContext) -> None:
         self._ctx = ctx
-        self._tracker = MlflowTracker(self.tracking_uri, self.run_dir.mlflow_artifacts, ctx.study.study_name)
+        name = ctx.study.study_name
+        self._tracker = MlflowTracker(self.tracking_uri, self.run_dir.mlflow_artifacts, name,
+                                      own_store=self.tracking_uri == self.run_dir.mlflow_url)
+        self._tracker.set_experiment_tags(experiment_tags(ctx.space, name, self._tracker.experiment_id))
         self._log_untracked()
         self._tracker.start_invocation(self.params, self.tags)
 
@@ -47,7 +52,7 @@ class MlflowLogger(Callback):
         ctx, tracker = self._parts()
         try:
             self._log_untracked()
-            tracker.tag_pareto(self.logged, pareto_numbers(ctx.study))
+            tracker.tag_pareto(self.logged, pareto_numbers(ctx.study), _baseline_numbers(ctx.study))
             tracker.log_plots(write_plots(ctx.study, ctx.space, self.run_dir))
         finally:
             t = ctx.tally
@@ -62,7 +67,9 @@ class MlflowLogger(Callback):
         if record.number in self.logged:
             return
         files: list[Path] = existing_files(self.run_dir, record.number)
-        self.logged[record.number] = tracker.log_trial(trial_log(record, ctx.space, files))
+        log = trial_log(record, ctx.space, files)
+        repeated = self.logged.get(log.repeat_of) if log.repeat_of is not None else None
+        self.logged[record.number] = tracker.log_trial(log, repeated)
 
     def _log_untracked(self) -> None:
         """Trials told by an earlier driver that died before logging them to MLflow."""
@@ -71,3 +78,9 @@ class MlflowLogger(Callback):
         told = ctx.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
         for t in ctx.coordinator.mine_or_orphaned([t for t in told if t.number not in self.logged]):
             self._log(TrialRecord.from_frozen(t))
+
+
+def _baseline_numbers(study: optuna.Study) -> list[int]:
+    """Launched trials of vLLM's defaults: what the Pareto trials are compared against."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return [r.number for r in records(done) if r.role == Role.BASELINE and r.launched]

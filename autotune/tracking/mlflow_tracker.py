@@ -3,7 +3,9 @@
 Only the study driver talks to MLflow, through one ``MlflowClient`` (no global active
 run), so workers never race on the store. Child runs are created after Optuna is told,
 and keyed by trial number: a resumed driver logs any told-but-unlogged trial and never
-logs one twice.
+logs one twice. A run carries the trial's real start and end (a trial logged after the
+fact, or on resume, would otherwise show when it was logged and a duration of
+milliseconds).
 """
 
 from __future__ import annotations
@@ -18,12 +20,18 @@ from typing import Any
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-from mlflow.entities import Metric, Param, RunStatus  # noqa: E402
+from mlflow.entities import Metric, Param, RunStatus, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
+
+from autotune.tracking.naming import for_people  # noqa: E402
+from autotune.tracking.views import COMPARE_TAG, DESCRIPTION_TAG, KIND_TAG, run_path  # noqa: E402
 
 TRIAL_TAG = "autotune.trial_number"
 STUDY_TAG = "autotune.study"
-KIND_TAG = "autotune.kind"
+# A confirmation run names the trial whose config it repeats, and that trial's run.
+REPEAT_TAG = "autotune.repeat_of"
+REPEAT_RUN_TAG = "autotune.repeat_of_run"
+_DB_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 
 
 @dataclass
@@ -36,11 +44,23 @@ class TrialLog:
     metrics: dict[str, float]
     tags: dict[str, str] = field(default_factory=dict)
     artifacts: list[Path] = field(default_factory=list)
+    name: str = ""  # the run's name; "" gives trial-<number>
+    start_ms: int | None = None  # when the trial was asked (epoch ms); None: now
+    end_ms: int | None = None  # when it was told; None: now
+    repeat_of: int | None = None  # the trial a confirmation run repeats
 
 
 class MlflowTracker:
-    def __init__(self, tracking_uri: str, artifact_root: Path, study_name: str) -> None:
+    """One study's experiment. ``own_store``: the store is the run directory's own, so its
+    ``Default`` experiment is created inside the run directory and hidden (else MLflow
+    points it at ``./mlruns`` in whatever directory autotune ran from)."""
+
+    def __init__(self, tracking_uri: str, artifact_root: Path, study_name: str, own_store: bool = False) -> None:
+        if own_store:
+            _create_store(tracking_uri, artifact_root)
         self.client = MlflowClient(tracking_uri=tracking_uri)
+        if own_store:
+            self._hide_default()
         self.study_name = study_name
         self.experiment_id = self._experiment(study_name, artifact_root)
         self.parent_run_id: str | None = None
@@ -50,7 +70,21 @@ class MlflowTracker:
         if exp is not None:
             return exp.experiment_id
         artifact_root.mkdir(parents=True, exist_ok=True)
-        return self.client.create_experiment(name, artifact_location=artifact_root.resolve().as_uri())
+        return self.client.create_experiment(name, artifact_location=artifact_root.resolve().as_uri(),
+                                             tags={STUDY_TAG: name})
+
+    def _hide_default(self) -> None:
+        """Delete the empty ``Default`` experiment, so the UI lists the study alone. The
+        store keeps the deleted row, so MLflow does not create it again."""
+        default = self.client.get_experiment("0")
+        if default.lifecycle_stage == "active" and not self.client.search_runs(["0"], max_results=1):
+            self.client.delete_experiment("0")
+
+    def set_experiment_tags(self, tags: Mapping[str, str]) -> None:
+        """The description and views: rewritten at each start, so a store made by an older
+        version gets them too."""
+        for key, value in tags.items():
+            self.client.set_experiment_tag(self.experiment_id, key, value)
 
     def start_invocation(self, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
         run = self.client.create_run(
@@ -66,7 +100,7 @@ class MlflowTracker:
         if self.parent_run_id is None:
             return
         if metrics:
-            self.client.log_batch(self.parent_run_id, metrics=_metrics(metrics))
+            self.client.log_batch(self.parent_run_id, metrics=_metrics(metrics, int(time.time() * 1000)))
         self.client.set_terminated(self.parent_run_id, status=status)
 
     def logged_trials(self) -> dict[int, str]:
@@ -88,7 +122,8 @@ class MlflowTracker:
             if not token:
                 return out
 
-    def log_trial(self, t: TrialLog) -> str:
+    def log_trial(self, t: TrialLog, repeated_run: str | None = None) -> str:
+        """One child run; ``repeated_run`` is the run of the trial a confirmation repeats."""
         tags = {
             STUDY_TAG: self.study_name,
             KIND_TAG: "trial",
@@ -98,21 +133,31 @@ class MlflowTracker:
         }
         if self.parent_run_id:
             tags["mlflow.parentRunId"] = self.parent_run_id
-        run = self.client.create_run(self.experiment_id, run_name=f"trial-{t.number:04d}", tags=tags)
+        if t.repeat_of is not None:
+            tags[REPEAT_TAG] = str(t.repeat_of)
+            if repeated_run:
+                tags[REPEAT_RUN_TAG] = repeated_run
+                tags[DESCRIPTION_TAG] = (f"Confirmation run: repeats the config of trial {t.repeat_of} "
+                                         f"([its run]({run_path(self.experiment_id, repeated_run)})).")
+        run = self.client.create_run(self.experiment_id, run_name=t.name or f"trial-{t.number:04d}",
+                                     start_time=t.start_ms, tags=tags)
         rid = run.info.run_id
         params = [Param(k, _param_str(v)) for k, v in sorted(t.params.items())]
-        self.client.log_batch(rid, params=params, metrics=_metrics(t.metrics))
+        end_ms = t.end_ms or int(time.time() * 1000)
+        self.client.log_batch(rid, params=params, metrics=_metrics(t.metrics, end_ms))
         for path in t.artifacts:
             if path.exists():
                 self.client.log_artifact(rid, str(path))
         status = RunStatus.to_string(RunStatus.FINISHED if t.state != "failed" else RunStatus.FAILED)
-        self.client.set_terminated(rid, status=status)
+        self.client.set_terminated(rid, status=status, end_time=end_ms)
         return rid
 
-    def tag_pareto(self, logged: Mapping[int, str], pareto: Iterable[int]) -> None:
-        front = set(pareto)
+    def tag_pareto(self, logged: Mapping[int, str], pareto: Iterable[int], baseline: Iterable[int] = ()) -> None:
+        """Mark the Pareto trials, and what the compare view shows: them and the baseline."""
+        front, compared = set(pareto), set(pareto) | set(baseline)
         for number, rid in logged.items():
-            self.client.set_tag(rid, "pareto", "true" if number in front else "false")
+            self.client.log_batch(rid, tags=[RunTag("pareto", str(number in front).lower()),
+                                             RunTag(COMPARE_TAG, str(number in compared).lower())])
 
     def log_plots(self, paths: Iterable[Path]) -> None:
         if self.parent_run_id is None:
@@ -122,16 +167,25 @@ class MlflowTracker:
                 self.client.log_artifact(self.parent_run_id, str(p), artifact_path="plots")
 
 
+def _create_store(tracking_uri: str, artifact_root: Path) -> None:
+    """Create a database store with the run directory's artifact root before any client
+    opens it: a client creates it with ``./mlruns`` as the root of ``Default``."""
+    if tracking_uri.split(":", 1)[0].split("+", 1)[0] not in _DB_SCHEMES:
+        return
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    artifact_root.mkdir(parents=True, exist_ok=True)
+    SqlAlchemyStore(tracking_uri, artifact_root.resolve().as_uri()).engine.dispose()
+
+
 def _param_str(v: Any) -> str:
-    s = "None" if v is None else str(v)
-    return s[:6000]
+    return for_people(v)[:6000]
 
 
-def _metrics(values: Mapping[str, float]) -> list[Metric]:
-    ts = int(time.time() * 1000)
+def _metrics(values: Mapping[str, float], ts_ms: int) -> list[Metric]:
     out = []
     for k, v in values.items():
         if v is None or (isinstance(v, float) and math.isnan(v)):
             continue
-        out.append(Metric(k, float(v), ts, 0))
+        out.append(Metric(k, float(v), ts_ms, 0))
     return out

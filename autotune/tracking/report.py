@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import optuna
@@ -12,6 +13,7 @@ from autotune.space import SearchSpace
 from autotune.study.pareto import pareto_numbers
 from autotune.study.record import Role, State, TrialRecord, records
 from autotune.tracking.mlflow_tracker import TrialLog
+from autotune.tracking.naming import abbreviations, flags_label
 from autotune.tracking.plots import PlotPoint, history_plot, pareto_plot
 
 
@@ -37,7 +39,30 @@ def trial_log(r: TrialRecord, space: SearchSpace, artifacts: list[Path]) -> Tria
     if r.warnings:
         tags["warnings"] = "; ".join(r.warnings)[:4000]
     flags = r.flags or {**space.fixed_flags(), **r.params}
-    return TrialLog(r.number, str(r.state), flags, metrics, tags, artifacts)
+    # Read by name: the field a confirmation run carries (issue 11) may not exist in this record.
+    repeat_of = getattr(r, "repeat_of", None)
+    return TrialLog(r.number, str(r.state), flags, metrics, tags, artifacts, name=run_name(r, space),
+                    start_ms=_epoch_ms(r.started_at), end_ms=_epoch_ms(r.finished_at), repeat_of=repeat_of)
+
+
+def run_name(r: TrialRecord, space: SearchSpace) -> str:
+    """``search-0041 gmu=0.92 mns=128 eager``: role, number, then the searched flags as run
+    (``reference-0001 field-report-tuned ...`` and ``confirm-0045 repeats-0041 ...`` say more)."""
+    role = "rejected" if r.state == State.REJECTED else str(r.role)
+    parts = [f"{role}-{r.number:04d}"]
+    if r.reference:
+        parts.append(r.reference)
+    repeat_of = getattr(r, "repeat_of", None)
+    if repeat_of is not None:
+        parts.append(f"repeats-{int(repeat_of):04d}")
+    short = abbreviations(space.params, [n for n, p in space.params.items() if p.type == "bool"])
+    label = flags_label(r.searched_flags(space.params), short)
+    return " ".join([*parts, label] if label else parts)
+
+
+def _epoch_ms(t: dt.datetime | None) -> int | None:
+    # Optuna's trial times are naive local times, which .timestamp() reads as local.
+    return None if t is None else int(t.timestamp() * 1000)
 
 
 def plot_points(study: optuna.Study) -> list[PlotPoint]:
