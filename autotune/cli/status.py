@@ -1,4 +1,5 @@
-"""`autotune status`: the study's trials, their state and values, and the Pareto front."""
+"""`autotune status`: the study's trials, their state and values, the Pareto front, and the
+statistics of every config measured more than once (docs/export.md)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ from rich.table import Table
 
 from autotune.cli.app import app
 from autotune.cli.common import find_run_dir, open_study, saved_space
+from autotune.errors import UserError
+from autotune.rundir import RunDir
+from autotune.space import SearchSpace
+from autotune.space.loader import parse_space
+from autotune.study.evidence import ConfigEvidence, summarize
 from autotune.study.pareto import pareto_numbers
 from autotune.study.record import State, TrialRecord, records
 
@@ -44,6 +50,7 @@ def _row(r: TrialRecord, searched: list[str], front: set[int]) -> dict[str, Any]
         "failure_reason": r.failure_reason or None,
         "early_stopped": r.early_stopped,
         "requeued_from": r.requeued_from,
+        "repeat_of": r.repeat_of,
         "warnings": r.warnings,
         "elapsed_s": _clean(r.elapsed_s),
         "gpu_time_s": _clean(r.gpu_time_s),
@@ -68,6 +75,8 @@ def status(
     searched = list(saved.get("params") or {}) or sorted({k for r in recs for k in r.params})
     front = set(pareto_numbers(st))
     rows = [_row(r, searched, front) for r in recs]
+    space = _space(run_dir)
+    repeated = [c for c in summarize(recs, space).configs if c.n > 1] if space else []
     n = {s: sum(1 for r in recs if r.state == s) for s in State}
     if as_json:
         typer.echo(json.dumps({
@@ -79,6 +88,7 @@ def status(
             "n_waiting": n[State.WAITING],
             "pareto": sorted(front),
             "trials": rows,
+            "configs": [c.to_dict() for c in repeated],
         }, indent=1))
         return
     names = [o.get("metric") for o in saved.get("objectives", [])] or ["value"] * len(st.directions)
@@ -93,5 +103,35 @@ def status(
             detail += f"  [{r['failure_reason'][:80]}]"
         if r["early_stopped"]:
             detail += "  (stopped early: estimates)"
+        if r["repeat_of"] is not None:
+            detail += f"  (repeats trial {r['repeat_of']})"
         table.add_row(str(r["number"]), r["state"], r["role"], *vals, "*" if r["pareto"] else "", escape(detail))
-    Console(soft_wrap=False, width=200).print(table)
+    console = Console(soft_wrap=False, width=200)
+    console.print(table)
+    if repeated:
+        console.print(_configs_table(repeated, [m for m in names if m != "oom_per_1k"]))
+
+
+def _space(run_dir: RunDir) -> SearchSpace | None:
+    """The study's space, for the per-config statistics; None when the run directory's copy
+    is missing or predates the schema (the trial table needs only the stored trials)."""
+    try:
+        return parse_space(saved_space(run_dir), run_dir.space_copy)
+    except UserError:
+        return None
+
+
+def _configs_table(configs: list[ConfigEvidence], metrics: list[str]) -> Table:
+    table = Table(title="configs measured more than once: mean [95 % interval]; OOMs over all their requests, "
+                        "with the 95 % upper bound")
+    for col in ["trials", "runs", *metrics, "OOMs", "oom_per_1k <=", "headroom GiB"]:
+        table.add_column(col)
+    for c in configs:
+        cells = []
+        for m in metrics:
+            i = c.interval(m)
+            cells.append(f"{_num(i.mean, 4)} [{_num(i.low, 4)}, {_num(i.high, 4)}]" if i.known else _num(i.mean, 4))
+        ooms = f"{c.oom.events}/{c.oom.requests}" if c.oom.requests else "?"
+        table.add_row(", ".join(map(str, c.numbers)), str(c.n), *cells, ooms, _num(c.oom.upper_per_1k, 3),
+                      _num(c.headroom.gib, 3))
+    return table

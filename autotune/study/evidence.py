@@ -23,7 +23,7 @@ from typing import Any
 from autotune.space import SearchSpace
 from autotune.study import stats
 from autotune.study.headroom import Headroom, headroom
-from autotune.study.record import TrialRecord
+from autotune.study.record import Role, TrialRecord
 
 # Metrics given an interval besides the objectives (what the export header shows).
 SHOWN_METRICS = ("p99_e2e_s", "p50_e2e_s", "p99_ttft_s", "output_tok_per_s")
@@ -66,6 +66,11 @@ class ConfigEvidence:
         return self.runs[0]
 
     @property
+    def confirmed(self) -> bool:
+        """Measured again by confirmation runs (a finalist of the search)."""
+        return any(r.role == Role.CONFIRM for r in self.runs)
+
+    @property
     def n(self) -> int:
         return len(self.runs)
 
@@ -83,6 +88,7 @@ class ConfigEvidence:
             "runs": self.n,
             "flags": self.flags,
             "usable": self.usable,
+            "confirmed": self.confirmed,
             "requests": self.oom.requests,
             "ooms": self.oom.events,
             "oom_per_1k": _clean(self.oom.rate_per_1k),

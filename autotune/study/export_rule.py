@@ -6,17 +6,20 @@
    upper bound over all their requests) come first; if there is none, those whose measured
    rate is within it (and the export says what is not shown, and how many more requests
    would show it); if there is none either, the lowest measured rate.
-3. Latency: among those, the lowest upper end of the 95 % interval of p99_e2e_s. A config
-   measured once and one measured three times are compared fairly: the once-measured one
-   has the wider interval (the pooled run-to-run spread over one run instead of three), so
-   a lucky single measurement does not beat a confirmed config unless it is better by more
-   than the noise. With no config measured twice there is no interval; the measured p99 ranks.
+3. Confirmed first: when configs among those were measured again by confirmation runs,
+   only they compete. The others lost to them on the search's single measurements already,
+   and the best of many single measurements is the luckiest as much as the best (the
+   winner's curse), which no interval of one run accounts for.
+   Latency: among them, the lowest upper end of the 95 % interval of p99_e2e_s (with the
+   pooled run-to-run spread, so among configs run equally often this is the lowest mean, and
+   a config run fewer times pays for its wider interval). With no config measured twice
+   there is no interval; the measured p99 ranks.
 4. Margin: a config whose memory headroom per GPU is below ``export.min_headroom_gib`` is
    passed over while a config with that margin has a mean p99 within the interval of the
    best one.
 
-Ties fall to the lower trial number. The same rule, applied again to what is left, names
-the finalists that confirmation runs measure again (:func:`finalists`).
+Ties fall to the lower trial number. The same rule, applied again to what is left (and
+without step 3's preference), names the finalists confirmation measures again (:func:`finalists`).
 """
 
 from __future__ import annotations
@@ -69,18 +72,22 @@ def _order(c: ConfigEvidence, t: int) -> tuple[float, float, int]:
     return latency_bound(c), c.oom.rate_per_1k, c.first.number
 
 
-def choose(configs: Sequence[ConfigEvidence], max_oom_per_1k: float, min_headroom_gib: float) -> Choice | None:
+def choose(configs: Sequence[ConfigEvidence], max_oom_per_1k: float, min_headroom_gib: float,
+           confirmed_first: bool = True) -> Choice | None:
     """The export rule over ``configs`` (steps 2-4 of the module's docstring)."""
     usable = [c for c in configs if c.usable]
     if not usable:
         return None
     best_tier = min(tier(c, max_oom_per_1k) for c in usable)
-    pool = sorted((c for c in usable if tier(c, max_oom_per_1k) == best_tier), key=lambda c: _order(c, best_tier))
+    pool = [c for c in usable if tier(c, max_oom_per_1k) == best_tier]
+    confirmed = confirmed_first and any(c.confirmed for c in pool)
+    pool = sorted((c for c in pool if c.confirmed or not confirmed), key=lambda c: _order(c, best_tier))
     best = pool[0]
     lim = f"{max_oom_per_1k:g}"
+    among = "confirmed configs" if confirmed else "configs"
     rule = {
-        SHOWN: f"lowest p99_e2e_s upper bound among configs shown (95 %) to have oom_per_1k <= {lim}",
-        MEASURED: f"lowest p99_e2e_s upper bound among configs measured with oom_per_1k <= {lim} "
+        SHOWN: f"lowest p99_e2e_s upper bound among {among} shown (95 %) to have oom_per_1k <= {lim}",
+        MEASURED: f"lowest p99_e2e_s upper bound among {among} measured with oom_per_1k <= {lim} "
                   "(none is shown within it with 95 % confidence)",
         OVER: f"no config has oom_per_1k <= {lim}: lowest oom_per_1k",
     }[best_tier]
@@ -109,7 +116,7 @@ def finalists(configs: Sequence[ConfigEvidence], k: int, max_oom_per_1k: float =
     left = list(configs)
     out: list[ConfigEvidence] = []
     while len(out) < k:
-        c = choose(left, max_oom_per_1k, min_headroom_gib)
+        c = choose(left, max_oom_per_1k, min_headroom_gib, confirmed_first=False)
         if c is None:
             break
         out.append(c.config)

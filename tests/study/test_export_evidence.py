@@ -1,0 +1,132 @@
+"""The export rule on hand-made studies: what the data supports, not the luckiest measurement.
+
+Trials are written into an in-memory Optuna study as the trial loop stores them (records
+with flags as run, metrics with request counts, roles and ``repeat_of`` links), on the
+flagship space so the memory model predicts each config's headroom. Figures are made up.
+"""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from autotune.export.header import oom_line
+from autotune.space import load_space
+from autotune.study.evidence import summarize
+from autotune.study.export_rule import MEASURED, SHOWN, choose, choose_for_export, finalists
+from autotune.study.record import Role, State, TrialRecord, records
+from tests.conftest import REPO, with_setting
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+SPACE = load_space(REPO / "search_spaces" / "qwen72b.yaml")
+DIST = {"gpu_memory_utilization": optuna.distributions.FloatDistribution(0.85, 0.98, step=0.005),
+        "kv_cache_dtype": optuna.distributions.CategoricalDistribution(["auto", "fp8"])}
+# Headroom per GPU the memory model predicts on the flagship (KV cache beyond one 8192-token
+# request): gmu 0.90 with auto KV ~0.04 GiB (at the startup edge), 0.92 ~1.6 GiB, 0.95 ~3.5 GiB.
+EDGE, MARGIN, ROOMY = (0.90, "auto"), (0.92, "auto"), (0.95, "fp8")
+
+
+def _add(study: optuna.Study, cfg: tuple[float, str], p99: float, ooms: int = 0, requests: int = 1000,
+         role: Role = Role.SEARCH, repeat_of: int | None = None) -> int:
+    params = {"gpu_memory_utilization": cfg[0], "kv_cache_dtype": cfg[1]}
+    metrics = {"requests": float(requests), "requests_oom": float(ooms), "oom_per_1k": 1000.0 * ooms / requests,
+               "p99_e2e_s": p99}
+    r = TrialRecord(len(study.trials), State.COMPLETE, role, params=params, flags={**SPACE.fixed_flags(), **params},
+                    metrics=metrics, values=[metrics["oom_per_1k"], p99], repeat_of=repeat_of,
+                    constraints={"startup_ok": -1.0, "serving_ok": -1.0})
+    study.add_trial(optuna.trial.create_trial(params=params, distributions=DIST, values=r.values,
+                                              user_attrs=r.user_attrs(), constraints=r.constraints))
+    return r.number
+
+
+def _confirmed(study: optuna.Study, cfg: tuple[float, str], p99s: list[float], **kw) -> int:
+    first = _add(study, cfg, p99s[0], **kw)
+    for v in p99s[1:]:
+        _add(study, cfg, v, role=Role.CONFIRM, repeat_of=first, **kw)
+    return first
+
+
+def _study() -> optuna.Study:
+    return optuna.create_study(directions=["minimize", "minimize"])
+
+
+def test_a_lucky_single_measurement_does_not_beat_a_confirmed_config():
+    study = _study()
+    a = _confirmed(study, ROOMY, [30.0, 30.6, 29.7])
+    _confirmed(study, (0.94, "fp8"), [30.2, 31.0, 30.9])
+    lucky = _add(study, (0.93, "fp8"), 28.9)  # the lowest p99 ever measured, once
+    # What the old rule (lowest measured p99 on the Pareto front) would have exported:
+    assert [t.number for t in study.best_trials] == [lucky]
+    choice = choose_for_export(study, SPACE, 1.0)
+    assert choice is not None and choice.trial.number == a and choice.config.n == 3
+    assert choice.tier == SHOWN  # 0 OOMs in 3000 requests shows <= 1 per 1000
+    assert "confirmed configs" in choice.rule and "shown (95 %)" in choice.rule
+    i = choice.config.interval("p99_e2e_s")
+    assert i.known and i.low < 30.1 < i.high
+
+
+def test_without_confirmation_runs_the_lowest_bound_is_the_lowest_measurement():
+    study = _study()
+    _add(study, ROOMY, 30.0)
+    best = _add(study, (0.93, "fp8"), 28.9)
+    choice = choose_for_export(study, SPACE, 1.0)
+    assert choice.trial.number == best
+    assert choice.tier == MEASURED and "none is shown" in choice.rule
+    assert not choice.config.interval("p99_e2e_s").known  # one run, nothing repeated: no interval
+
+
+def test_a_limit_not_shown_by_the_requests_says_how_many_more_would_show_it():
+    study = _study()
+    _add(study, ROOMY, 30.0)  # 0 OOMs in 1000 requests: at most ~3 per 1000 with 95 % confidence
+    ev = summarize(records(study.trials), SPACE)
+    (c,) = ev.configs
+    assert c.oom.upper_per_1k == pytest.approx(2.991, abs=1e-3)
+    assert not c.oom.shown_within(1.0) and c.oom.requests_to_show(1.0) == 2995
+    line = oom_line(c, 1.0, shown=False)
+    assert "NOT shown within the limit of 1" in line and "1995 more requests" in line
+    # The looser limit of 5 per 1000 is shown by the same 1000 requests.
+    assert choose(ev.configs, 5.0, 1.0).tier == SHOWN
+
+
+def test_ooms_counted_over_all_runs_decide_before_latency():
+    study = _study()
+    fast = _confirmed(study, (0.97, "fp8"), [25.0, 25.4, 25.2], ooms=1)  # 3 OOMs in 3000: 1 per 1000, not shown
+    safe = _confirmed(study, ROOMY, [30.0, 30.6, 29.7])
+    choice = choose_for_export(study, SPACE, 1.0)
+    assert choice.trial.number == safe
+    assert choose_for_export(study, SPACE, 10.0).trial.number == fast  # 3 in 3000 shows <= 10 per 1000
+
+
+def test_the_edge_config_gives_way_to_one_with_margin_within_its_interval():
+    study = _study()
+    edge = _confirmed(study, EDGE, [29.0, 30.2, 29.4])
+    margin = _confirmed(study, MARGIN, [29.8, 30.4, 30.0])  # mean 30.07, within edge's interval
+    choice = choose_for_export(study, SPACE, 1.0)
+    assert choice.trial.number == margin
+    assert choice.config.headroom.gib > 1.0
+    assert any(f"trial {edge}'s config ranked first" in n for n in choice.notes)
+    # With no margin required, the edge config (lowest bound) is exported.
+    relaxed = with_setting(SPACE.model_dump(mode="json"), "export.min_headroom_gib", 0.0)
+    assert choose_for_export(study, type(SPACE).model_validate(relaxed), 1.0).trial.number == edge
+
+
+def test_the_edge_config_stays_when_nothing_with_margin_is_close_and_the_header_says_so():
+    study = _study()
+    edge = _confirmed(study, EDGE, [29.0, 29.2, 29.1])
+    _confirmed(study, MARGIN, [33.0, 33.4, 33.1])  # far outside the edge config's interval
+    choice = choose_for_export(study, SPACE, 1.0)
+    assert choice.trial.number == edge
+    assert choice.config.headroom.below(1.0)
+    assert any("below the 1 GiB margin" in n for n in choice.notes)
+
+
+def test_finalists_are_the_rules_picks_in_order_and_include_one_with_margin():
+    study = _study()
+    e1 = _add(study, EDGE, 28.0)
+    e2 = _add(study, (0.90, "fp8"), 28.1)  # ~0.66 GiB: also short of the margin
+    e3 = _add(study, (0.905, "auto"), 28.2)
+    roomy = _add(study, ROOMY, 29.5)
+    _add(study, (0.93, "fp8"), 31.0)
+    configs = summarize(records(study.trials), SPACE).configs
+    assert [c.first.number for c in finalists(configs, 3)] == [e1, e2, e3]  # no margin required
+    assert [c.first.number for c in finalists(configs, 3, min_headroom_gib=1.0)] == [e1, e2, roomy]
