@@ -1,0 +1,95 @@
+"""`autotune run` as a user runs it, from a directory of their own: what MLflow ends up holding.
+
+Real Ray (logical GPUs), real Optuna SQLite, real MLflow SQLite: each trial's run carries
+the trial's start and end as Optuna recorded them, a readable name, rounded params; the
+experiment carries its description and views; nothing lands in the working directory.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+
+from autotune.space import load_space
+from autotune.study.record import TrialRecord
+from autotune.tracking.report import run_name
+from autotune.tracking.views import COMPARE_TAG, DESCRIPTION_TAG, VIEW_TAG_PREFIX
+from tests.conftest import run_cli
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+SPACE_PATH = DATA / "sim_small.yaml"
+
+
+@pytest.fixture(scope="module")
+def study_from_elsewhere(ray_cluster, tmp_path_factory):
+    """A small study run by the CLI from an empty working directory, twice (a resume)."""
+    base = tmp_path_factory.mktemp("cwd-test")
+    cwd, out = base / "cwd", base / "run"
+    cwd.mkdir()
+    mp = pytest.MonkeyPatch()
+    mp.chdir(cwd)
+    try:
+        for trials in (3, 4):  # the second invocation resumes the study
+            code = _run(["run", "--space", str(SPACE_PATH), "--out", str(out), "--trials", str(trials),
+                         "--progress", "none"])
+            assert code == 0
+    finally:
+        mp.undo()
+    return cwd, out
+
+
+def _run(args: list[str]) -> int:
+    class _Capture:  # run_cli wants capsys; output is not what this module checks
+        def readouterr(self):
+            return "", ""
+
+    code, _, _ = run_cli(args, _Capture())
+    return code
+
+
+def _client(out: Path) -> MlflowClient:
+    return MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+
+
+def test_nothing_lands_in_the_working_directory_and_no_default_experiment_shows(study_from_elsewhere):
+    cwd, out = study_from_elsewhere
+    assert list(cwd.iterdir()) == []  # no mlruns/, mlflow.db or mlartifacts/
+    client = _client(out)
+    assert [e.name for e in client.search_experiments()] == ["sim_small"]
+    default = client.get_experiment("0")
+    assert default.lifecycle_stage == "deleted"
+    assert default.artifact_location.startswith(out.resolve().as_uri())
+
+
+def test_runs_show_the_trials_real_times_names_and_rounded_params(study_from_elsewhere):
+    _, out = study_from_elsewhere
+    space = load_space(SPACE_PATH)
+    study = optuna.load_study(study_name="sim_small", storage=f"sqlite:///{out / 'optuna.db'}")
+    client = _client(out)
+    exp = client.get_experiment_by_name("sim_small")
+    runs = {int(r.data.tags["autotune.trial_number"]): r
+            for r in client.search_runs([exp.experiment_id], "tags.`autotune.kind` = 'trial'")}
+    finished = [t for t in study.trials if t.state.is_finished()]
+    assert sorted(runs) == [t.number for t in finished]
+    for t in finished:
+        run = runs[t.number]
+        assert run.info.start_time == int(t.datetime_start.timestamp() * 1000)
+        assert run.info.end_time == int(t.datetime_complete.timestamp() * 1000)
+        assert run.info.run_name == run_name(TrialRecord.from_frozen(t), space)
+        for name, value in run.data.params.items():  # 0.92, never 0.9199999999999999
+            assert not re.fullmatch(r"-?\d+\.\d{7,}", value), f"{name}={value}"
+    assert runs[0].info.run_name.startswith("baseline-0000 vllm-defaults gmu=")
+    assert sum(r.data.tags[COMPARE_TAG] == "true" for r in runs.values()) >= 1
+
+
+def test_the_experiment_carries_its_description_and_views_once(study_from_elsewhere):
+    _, out = study_from_elsewhere
+    exp = _client(out).get_experiment_by_name("sim_small")
+    assert "autotune study `sim_small`" in exp.tags[DESCRIPTION_TAG]
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    views = sorted(k for k in exp.tags if k.startswith(VIEW_TAG_PREFIX))
+    assert views == [VIEW_TAG_PREFIX + "autotune-compare", VIEW_TAG_PREFIX + "autotune-trials"]
