@@ -39,10 +39,8 @@ def trial_log(r: TrialRecord, space: SearchSpace, artifacts: list[Path]) -> Tria
     if r.warnings:
         tags["warnings"] = "; ".join(r.warnings)[:4000]
     flags = r.flags or {**space.fixed_flags(), **r.params}
-    # Read by name: the field a confirmation run carries (issue 11) may not exist in this record.
-    repeat_of = getattr(r, "repeat_of", None)
     return TrialLog(r.number, str(r.state), flags, metrics, tags, artifacts, name=run_name(r, space),
-                    start_ms=_epoch_ms(r.started_at), end_ms=_epoch_ms(r.finished_at), repeat_of=repeat_of)
+                    start_ms=_epoch_ms(r.started_at), end_ms=_epoch_ms(r.finished_at), repeat_of=r.repeat_of)
 
 
 def run_name(r: TrialRecord, space: SearchSpace) -> str:
@@ -52,9 +50,8 @@ def run_name(r: TrialRecord, space: SearchSpace) -> str:
     parts = [f"{role}-{r.number:04d}"]
     if r.reference:
         parts.append(r.reference)
-    repeat_of = getattr(r, "repeat_of", None)
-    if repeat_of is not None:
-        parts.append(f"repeats-{int(repeat_of):04d}")
+    if r.repeat_of is not None:
+        parts.append(f"repeats-{r.repeat_of:04d}")
     short = abbreviations(space.params, [n for n, p in space.params.items() if p.type == "bool"])
     label = flags_label(r.searched_flags(space.params), short)
     return " ".join([*parts, label] if label else parts)

@@ -54,10 +54,8 @@ def test_run_names_say_role_number_and_the_searched_flags_as_run():
 
 
 def test_a_confirmation_run_names_the_trial_it_repeats():
-    # Read by name (issue 11 adds TrialRecord.repeat_of): set it on the record as the loop will.
-    r = _record()
-    r.repeat_of = 7  # type: ignore[attr-defined]
-    assert run_name(r, SPACE).startswith("search-0041 repeats-0007 gmu=0.92")
+    r = _record(role=Role.CONFIRM, repeat_of=7)
+    assert run_name(r, SPACE).startswith("confirm-0041 repeats-0007 gmu=0.92")
     assert trial_log(r, SPACE, []).repeat_of == 7
     assert trial_log(_record(), SPACE, []).repeat_of is None
 
