@@ -25,7 +25,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 AUTOTUNE = str(Path(sys.executable).with_name("autotune"))
-VIEWPORT = {"width": 1600, "height": 1000}
+VIEWPORT = {"width": 1600, "height": 1250}  # room for both charts of the compare view
 SHOTS = {"all trials": "mlflow_trials.png", "vLLM defaults vs Pareto front": "mlflow_compare.png"}
 
 
@@ -100,6 +100,8 @@ def _tidy(page) -> None:
         for i in range(buttons.count()):
             if buttons.nth(i).is_visible():
                 buttons.nth(i).click()
+    page.mouse.move(0, 0)  # no hover highlight where the banner's button was
+    page.evaluate("document.activeElement && document.activeElement.blur()")  # nor a focus ring
     time.sleep(2)  # let the table and charts take the freed width
 
 
