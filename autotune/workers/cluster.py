@@ -88,7 +88,9 @@ def connect(address: str | None, logical_gpus: int | None = None, num_cpus: int 
                 with _native_stderr_silenced():
                     ray.init(address=address, **kwargs)
             else:
-                ray.init(num_gpus=logical_gpus, num_cpus=num_cpus or max(os.cpu_count() or 1, 2), **kwargs)
+                # "local": without it ray.init joins any cluster someone started on this machine.
+                ray.init(address="local", num_gpus=logical_gpus, num_cpus=num_cpus or max(os.cpu_count() or 1, 2),
+                         **kwargs)
                 started = True
         except (ConnectionError, TimeoutError, ValueError, RuntimeError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
