@@ -41,7 +41,8 @@ class MlflowLogger(Callback):
         name = ctx.study.study_name
         self._tracker = MlflowTracker(self.tracking_uri, self.run_dir.mlflow_artifacts, name,
                                       own_store=self.tracking_uri == self.run_dir.mlflow_url)
-        self._tracker.set_experiment_tags(experiment_tags(ctx.space, name, self._tracker.experiment_id))
+        self._tracker.set_experiment_tags(
+            experiment_tags(ctx.space, name, self._tracker.experiment_id, self._tracker.created_ms))
         self._log_untracked()
         self._tracker.start_invocation(self.params, self.tags)
 

@@ -80,11 +80,18 @@ class MlflowTracker:
         if default.lifecycle_stage == "active" and not self.client.search_runs(["0"], max_results=1):
             self.client.delete_experiment("0")
 
+    @property
+    def created_ms(self) -> int:
+        """When the experiment was created (epoch ms): a date that stays the same on resume."""
+        return int(self.client.get_experiment(self.experiment_id).creation_time or 0)
+
     def set_experiment_tags(self, tags: Mapping[str, str]) -> None:
-        """The description and views: rewritten at each start, so a store made by an older
-        version gets them too."""
+        """The description and views, checked at each start (a store made by an older
+        version gets them too); only what changed is written."""
+        stored = self.client.get_experiment(self.experiment_id).tags
         for key, value in tags.items():
-            self.client.set_experiment_tag(self.experiment_id, key, value)
+            if stored.get(key) != value:
+                self.client.set_experiment_tag(self.experiment_id, key, value)
 
     def start_invocation(self, params: Mapping[str, Any], tags: Mapping[str, str]) -> str:
         run = self.client.create_run(

@@ -22,7 +22,6 @@ as a table (:data:`TRIALS_VIEW`), and vLLM's defaults next to the Pareto trials 
 from __future__ import annotations
 
 import json
-import time
 import urllib.parse
 from typing import Any
 
@@ -40,15 +39,15 @@ COMPARE_VIEW = "autotune-compare"
 _SECTION = "autotune"
 
 
-def experiment_tags(space: SearchSpace, study: str, experiment_id: str) -> dict[str, str]:
-    """Every experiment tag autotune writes: the description, the kind, the two views."""
-    now_ms = int(time.time() * 1000)
+def experiment_tags(space: SearchSpace, study: str, experiment_id: str, created_ms: int = 0) -> dict[str, str]:
+    """Every experiment tag autotune writes: the description, the kind, the two views
+    (``created_ms``: the date the views are listed with, the experiment's own)."""
     return {
         DESCRIPTION_TAG: description(space, study, experiment_id),
         KIND_OF_EXPERIMENT[0]: KIND_OF_EXPERIMENT[1],
-        VIEW_TAG_PREFIX + TRIALS_VIEW: _saved_view(f"{study}: all trials", trials_state(space), now_ms),
+        VIEW_TAG_PREFIX + TRIALS_VIEW: _saved_view(f"{study}: all trials", trials_state(space), created_ms),
         VIEW_TAG_PREFIX + COMPARE_VIEW: _saved_view(f"{study}: vLLM defaults vs Pareto front", compare_state(space),
-                                                    now_ms),
+                                                    created_ms),
     }
 
 

@@ -7,6 +7,7 @@ experiment carries its description and views; nothing lands in the working direc
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -120,3 +121,5 @@ def test_the_experiment_carries_its_description_and_views_once(study_from_elsewh
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
     views = sorted(k for k in exp.tags if k.startswith(VIEW_TAG_PREFIX))
     assert views == [VIEW_TAG_PREFIX + "autotune-compare", VIEW_TAG_PREFIX + "autotune-trials"]
+    for key in views:  # dated by the experiment, so a resumed driver finds them unchanged
+        assert json.loads(exp.tags[key])["createdAt"] == exp.creation_time
