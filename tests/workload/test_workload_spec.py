@@ -13,7 +13,11 @@ from autotune.space import load_space
 from autotune.workload import SPACE_DIR_CONTEXT, WorkloadSpec, generate_trace
 
 REPO = Path(__file__).resolve().parents[2]
-SPACES = sorted([*REPO.glob("search_spaces/*.yaml"), *REPO.glob("tests/data/*.yaml")])
+# The spaces written before workloads had traces, arrivals and options: they must load with the
+# same closed-loop workload. (The scenario suite's spaces use the new fields on purpose; tests/scenarios
+# loads and simulates every search_spaces/*.yaml.)
+SPACES = sorted([REPO / "search_spaces" / "qwen72b.yaml", REPO / "search_spaces" / "tiny-cpu.yaml",
+                 *REPO.glob("tests/data/*.yaml")])
 
 
 def mooncake_file(path: Path, n: int = 6) -> Path:
