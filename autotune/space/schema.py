@@ -229,6 +229,40 @@ class StrategySection(_Strict):
     feasibility_constraints: bool = True  # OOMs/startup failures feed Optuna constraints
     early_stop: bool = True  # stop benchmarks that are already dominated
     warm_start: bool = True  # baseline and reference configs measured first
+    # --- autotune's own model and how far it is trusted (docs/search.md, docs/calibration.md)
+    # The profile of autotune's own model (pruning, screen): nominal, nominal recalibrated
+    # from this study's measured trials, or a SimProfile file (relative to the space file).
+    # Never engine.sim_profile: that is the physics the sim backend runs.
+    model_profile: str = "calibrated"
+    prune_learns_error: bool = True  # pruning learns the memory model's error from each startup
+    screen: bool = False  # the simulator ranks the sampler's candidates before one launches
+    screen_candidates: int = Field(default=8, ge=2)  # candidates drawn per launch
+    screen_requests: int = Field(default=300, ge=50)  # requests per screening simulation
+    recalibrate_every: int = Field(default=10, ge=1)  # launched trials between recalibrations
+    _base_profile: SimProfile = PrivateAttr(default=NOMINAL)
+
+    @model_validator(mode="after")
+    def _load_model_profile(self, info: ValidationInfo) -> StrategySection:
+        if self.model_profile not in ("nominal", "calibrated"):
+            path = Path(self.model_profile).expanduser()
+            if not path.is_absolute():
+                path = Path((info.context or {}).get(SPACE_DIR_CONTEXT, ".")) / path
+            path = Path(os.path.abspath(path))
+            try:
+                self._base_profile = SimProfile.load(path)
+            except UserError as e:
+                raise ValueError(f"model_profile is nominal, calibrated or a SimProfile file: {e}") from None
+            self.model_profile = str(path)
+        return self
+
+    @property
+    def base_profile(self) -> SimProfile:
+        """The profile autotune's own model starts from (the file's, else nominal)."""
+        return self._base_profile
+
+    @property
+    def recalibrates(self) -> bool:
+        return self.model_profile == "calibrated"
 
 
 class ConfirmSection(_Strict):

@@ -33,7 +33,7 @@ def propose(trial: optuna.Trial, space: SearchSpace, predictor: StartupPredictor
     flags = {**space.fixed_flags(), **seeding.reference_fixed_overrides(space, asked.reference), **params}
     repaired, violated = check_constraints(params, space, flags)
     flags.update(repaired)
-    reason = "; ".join(violated) or strategy.prune_reason(predictor, flags, asked.role)
+    reason = "; ".join(violated) or strategy.prune_reason(predictor, flags, asked.role, trial.study)
     record = TrialRecord(trial.number, State.RUNNING, asked.role, asked.reference, params=params, flags=flags,
                          requeued_from=asked.requeued_from, repeat_of=asked.repeat_of, started_at=asked.started_at)
     return Proposal(record, reason)

@@ -1,23 +1,32 @@
 """autotune's own search strategy, as the driver consults it per trial.
 
-Four parts, each switchable in ``study.strategy`` so its effect can be measured
-(experiments/search/):
-  (a) known-constraint pruning: the memory model rejects configs that cannot start;
+Parts, each switchable in ``study.strategy`` so its effect can be measured
+(experiments/search/, experiments/reality_gap/):
+  (a) known-constraint pruning: the memory model rejects configs that cannot start; with
+      ``prune_learns_error`` it learns the model's error from each startup and rejects only
+      configs predicted to fail beyond that uncertainty (pruning.py);
   (b) crash-awareness: startup failures and SLO misses become Optuna constraints
       (autotune/study/objectives.py), so constraint-aware samplers learn the boundary;
   (c) early stopping: a benchmark stops once the trial is dominated by the front;
-  (d) warm start: the vLLM defaults and the references are measured first (seeding.py).
+  (d) warm start: the vLLM defaults and the references are measured first (seeding.py);
+  (e) screen: the (recalibrated) simulator ranks a few of the sampler's candidates and the
+      predicted best launches (screening.py; the simulator comes from autotune.calibrate).
+``model_profile`` is the profile of autotune's own model in (a) and (e), never the physics
+a sim backend runs (``engine.sim_profile``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import optuna
+from optuna.trial import TrialState
+
 from autotune.early_stop import EarlyStopRule
 from autotune.space import SearchSpace
 from autotune.study.pareto import front_points
 from autotune.study.pruning import StartupPredictor
-from autotune.study.record import Role, TrialRecord
+from autotune.study.record import Role, TrialRecord, records
 
 
 def early_stop_rule(front: list[TrialRecord], space: SearchSpace, role: Role = Role.SEARCH) -> EarlyStopRule | None:
@@ -30,13 +39,17 @@ def early_stop_rule(front: list[TrialRecord], space: SearchSpace, role: Role = R
     return EarlyStopRule(front=tuple(pts)) if pts else None
 
 
-def prune_reason(predictor: StartupPredictor | None, flags: dict[str, Any], role: Role) -> str:
+def prune_reason(predictor: StartupPredictor | None, flags: dict[str, Any], role: Role,
+                 study: optuna.Study | None = None) -> str:
     """Why a sample must not launch ('' to launch it).
 
     Baseline and reference configs are measured as-is, even when predicted to fail: they
     are the comparison points, and a wrong prediction about them is worth finding out. A
     confirmation run repeats a config that already ran: it is measured, whatever the model says.
+    The predictor first learns from ``study``'s launched trials, so a resumed study decides alike.
     """
     if predictor is None or role in (Role.BASELINE, Role.REFERENCE, Role.CONFIRM):
         return ""
+    if study is not None:
+        predictor.update(records(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))))
     return predictor.failure(flags)

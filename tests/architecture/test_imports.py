@@ -22,14 +22,16 @@ ALLOWED: dict[str, set[str]] = {
     "study": NEUTRAL | {"space", "deploy", "backends"},  # backends.base only: checked below
     "tracking": NEUTRAL | {"space", "deploy", "study"},
     "export": NEUTRAL | {"space", "deploy", "study"},
-    "service": NEUTRAL | {"space", "deploy", "study", "backends", "workers", "tracking"},
+    # calibration fits the simulator to the study's records and plugs it into the strategy (the screen)
+    "calibrate": NEUTRAL | {"deploy", "sim", "space", "study"},
+    "service": NEUTRAL | {"space", "deploy", "study", "backends", "workers", "tracking", "calibrate"},
     "cli": None,  # the commands wire everything together
     "__init__": set(),
 }
 
 # Which packages may talk to Optuna, Ray and MLflow at all.
 THIRD_PARTY_ALLOWED = {
-    "optuna": {"study", "tracking", "export", "service", "cli"},
+    "optuna": {"study", "tracking", "export", "calibrate", "service", "cli"},
     "ray": {"workers", "service", "cli"},
     "mlflow": {"tracking", "service", "cli"},
 }

@@ -1,0 +1,75 @@
+"""What a study measured, as calibration reads it, and which trials it fits and which it holds out.
+
+Every backend reports the same fields (autotune.results): the KV cache size the engine
+sized at startup, the startup time, latency percentiles, TPOT and OOM counts. A latency is
+compared with a simulated benchmark only where the two mean the same thing: an engine that
+served the whole benchmark without dying. A benchmark stopped early reports the requests it
+finished, which the full benchmark's percentiles are not; only its TPOT (a per-token step
+time) is kept. A benchmark with an engine death or an OOM measures a restart and a random
+crash, not the speed the constants set.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from autotune.study.record import State, TrialRecord
+
+# Latency metrics fitted and their assumed log-space spread per measurement: the per-start
+# speed noise (about 3 %, docs/simulator.md "Noise") for end-to-end times and TPOT; TTFT
+# adds the API server's jitter.
+LATENCY_SPREAD = {"p99_e2e_s": 0.03, "p50_e2e_s": 0.03, "mean_tpot_s": 0.03, "p50_ttft_s": 0.10}
+EARLY_STOP_SAFE = ("mean_tpot_s",)
+
+
+def launched(recs: Sequence[TrialRecord]) -> list[TrialRecord]:
+    """Trials measured on an engine (started or not), by trial number."""
+    return sorted((r for r in recs if r.state == State.COMPLETE), key=lambda r: r.number)
+
+
+def started(r: TrialRecord) -> bool:
+    return r.state == State.COMPLETE and r.started
+
+
+def latencies(r: TrialRecord) -> dict[str, float]:
+    """The latency metrics of ``r`` a full simulated benchmark can be compared with."""
+    if not started(r) or _positive(r.metrics.get("crashes")) or _positive(r.metrics.get("requests_oom")):
+        return {}
+    names = EARLY_STOP_SAFE if r.early_stopped else tuple(LATENCY_SPREAD)
+    return {k: r.metrics[k] for k in names if _positive(r.metrics.get(k))}
+
+
+def startup_s(r: TrialRecord) -> float:
+    """The engine's first startup time (NaN when it did not start or did not say)."""
+    v = r.metrics.get("startup_s", math.nan)
+    return v if started(r) and _positive(v) else math.nan
+
+
+def kv_cache_tokens(r: TrialRecord) -> int:
+    v = r.metrics.get("kv_cache_tokens", math.nan)
+    return int(v) if started(r) and _positive(v) else 0
+
+
+def _positive(v: float | None) -> bool:
+    return v is not None and math.isfinite(v) and v > 0
+
+
+@dataclass(frozen=True)
+class Split:
+    fit: list[TrialRecord]
+    held_out: list[TrialRecord]
+
+
+def split(recs: Sequence[TrialRecord], every: int) -> Split:
+    """Launched trials into those fitted and those held out: configs in the order of their
+    first trial, every ``every``-th config held out with all its runs (a config measured
+    again by a confirmation run must not be on both sides)."""
+    configs: dict[str, int] = {}
+    fit, held = [], []
+    for r in launched(recs):
+        key = repr(sorted(r.flags.items()))
+        index = configs.setdefault(key, len(configs))
+        (held if every > 0 and index % every == every - 1 else fit).append(r)
+    return Split(fit, held)

@@ -1,0 +1,74 @@
+"""The screen's model: autotune's simulator, recalibrated from the study's measured trials.
+
+:class:`SimModel` is the :class:`autotune.study.screening.ConfigModel` the screen ranks
+candidates with: a short noise-free simulated benchmark of each candidate under autotune's
+own model profile (``study.strategy.model_profile``; never ``engine.sim_profile``, which is
+the physics a sim backend runs). With ``model_profile: calibrated`` the profile is refitted
+(:func:`autotune.calibrate.fit_profile`) every ``recalibrate_every`` launched trials, on the
+first trials launched in multiples of that, so a resumed study refits to the same profile.
+
+:func:`search_sampler` is the sampler a study runs with: ``study.sampler``'s, behind the
+screen when ``study.strategy.screen`` is on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import optuna
+
+from autotune.calibrate import observations as obs
+from autotune.calibrate.calibration import fit_profile
+from autotune.calibrate.model import simulate
+from autotune.deploy import SimProfile
+from autotune.errors import UserError
+from autotune.space import SearchSpace
+from autotune.study.record import TrialRecord
+from autotune.study.samplers import make_sampler
+from autotune.study.screening import ScreeningSampler
+
+# Samplers whose proposals come from sample_independent, which the screen draws from.
+SCREENABLE = ("autotune", "tpe", "random")
+
+
+class SimModel:
+    """Short simulated benchmarks under autotune's own (recalibrated) model profile."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        s = space.study.strategy
+        self.space, self.requests, self.every, self.recalibrates = space, s.screen_requests, s.recalibrate_every, \
+            s.recalibrates
+        self.base: SimProfile = s.base_profile
+        self.profile: SimProfile = self.base
+        self.fitted_on = 0  # launched trials the profile was fitted on
+
+    def refresh(self, recs: Sequence[TrialRecord]) -> None:
+        """Refit once the study holds another ``recalibrate_every`` launched trials."""
+        if not self.recalibrates:
+            return
+        launched = obs.launched(recs)
+        n = len(launched) // self.every * self.every
+        if n == self.fitted_on or sum(obs.started(r) for r in launched[:n]) == 0:
+            return
+        self.profile, _ = fit_profile(launched[:n], self.space, self.base, self.requests)
+        self.fitted_on = n
+
+    def predict(self, configs: Sequence[Mapping[str, Any]], recs: Sequence[TrialRecord],
+                seed: int) -> list[dict[str, float]]:
+        self.refresh(recs)
+        # One seed for all candidates: the hazard draws alike, so they differ by their flags.
+        return [simulate(self.space, flags, self.profile, self.requests, seed) for flags in configs]
+
+
+def search_sampler(space: SearchSpace, seed: int) -> optuna.samplers.BaseSampler:
+    """The sampler a study of ``space`` runs with: ``study.sampler``'s, screened by the
+    simulator when ``study.strategy.screen`` is on."""
+    base = make_sampler(space.study.sampler, space, seed)
+    s = space.study.strategy
+    if not s.screen:
+        return base
+    if space.study.sampler not in SCREENABLE:
+        raise UserError(f"study.strategy.screen draws from the sampler's independent proposals: use study.sampler "
+                        f"{', '.join(SCREENABLE)} with it, or screen: false (not {space.study.sampler})")
+    return ScreeningSampler(base, space, SimModel(space), s.screen_candidates)
