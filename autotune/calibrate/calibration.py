@@ -105,7 +105,8 @@ class Calibration:
             "simulated_fit": True,
             "fitted_trials": list(self.fitted_trials),
             "held_out_trials": list(self.held_out_trials),
-            "held_out_rule": f"every {self.holdout_every}th config, in the order of its first trial, with all its runs",
+            "held_out_rule": f"configs {self.holdout_every}, {2 * self.holdout_every}, ... in the order of their first "
+                             "trial, with all their runs",
             "fit_requests": self.requests,
             "stages": [asdict(s) for s in self.stages],
             "held_out_error": {e.metric: {"trials": e.trials, "before": e.before, "after": e.after}

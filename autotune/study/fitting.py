@@ -78,22 +78,38 @@ class Fit:
         return np.linalg.inv(j.T @ j + np.diag(1.0 / box.sigma**2))
 
 
-def jacobian(fun: Residuals, x: np.ndarray, r0: np.ndarray, box: Box, h: float = 0.02) -> np.ndarray:
-    """Forward differences of step ``h`` (backward at the upper bound)."""
-    cols = []
-    for k in range(len(x)):
-        step = h if x[k] + h <= box.hi[k] else -h
+def jacobian(fun: Residuals, x: np.ndarray, r0: np.ndarray, box: Box, h: float = 0.02,
+             kinks: bool = False) -> np.ndarray:
+    """Forward differences of step ``h`` (backward at the upper bound).
+
+    ``kinks``: the residuals have kinks (a ``max`` of two memory terms: at a config where
+    the two are close, one constant moves the residual only one way). Then both one-sided
+    differences are taken and, entry by entry, the smaller: a constant counts as seen by a
+    residual only if it moves it both ways, so a fit parked on a kink neither believes it
+    pinned that constant nor gets stuck there.
+    """
+    def side(k: int, step: float) -> np.ndarray:
         xk = x.copy()
         xk[k] += step
-        cols.append((fun(xk) - r0) / step)
+        return (fun(xk) - r0) / step
+
+    cols = []
+    for k in range(len(x)):
+        up, down = x[k] + h <= box.hi[k], x[k] - h >= box.lo[k]
+        col = side(k, h if up else -h)
+        if kinks and up and down:
+            other = side(k, -h)
+            col = np.where(np.abs(other) < np.abs(col), other, col)
+        cols.append(col)
     return np.stack(cols, axis=1) if cols else np.zeros((len(r0), 0))
 
 
 def fit(fun: Residuals, box: Box, *, max_iter: int = 30, rtol: float = 1e-5,
-        start: tuple[np.ndarray, np.ndarray] | None = None) -> Fit:
+        start: tuple[np.ndarray, np.ndarray] | None = None, kinks: bool = False) -> Fit:
     """Minimise ``|fun(x)|^2 + |prior(x)|^2`` over the box from the prior mean. ``start``:
     the residuals and Jacobian there, when the caller has them already (expensive residuals).
-    ``rtol``: stop once an iteration lowers the cost by less than this share."""
+    ``rtol``: stop once an iteration lowers the cost by less than this share. ``kinks``: see
+    :func:`jacobian`."""
     x = box.center.copy()
 
     def total(res: np.ndarray, at: np.ndarray) -> float:
@@ -101,8 +117,8 @@ def fit(fun: Residuals, box: Box, *, max_iter: int = 30, rtol: float = 1e-5,
 
     if start is None:
         r = fun(x)
-        jac = jacobian(fun, x, r, box)
-        evals = 1 + len(x)
+        jac = jacobian(fun, x, r, box, kinks=kinks)
+        evals = 1 + len(x) * (2 if kinks else 1)
     else:
         (r, jac), evals = start, 0
     cost = total(r, x)
@@ -124,8 +140,8 @@ def fit(fun: Residuals, box: Box, *, max_iter: int = 30, rtol: float = 1e-5,
                 lam = max(lam / 3.0, 1e-7)
                 break
             lam *= 4.0
-        jac = jacobian(fun, x, r, box)
-        evals += len(x)
+        jac = jacobian(fun, x, r, box, kinks=kinks)
+        evals += len(x) * (2 if kinks else 1)
         if not improved:
             break
     return Fit(x, r, jac, cost, evals)

@@ -171,7 +171,7 @@ class MemoryModel:
                     out.append((a - self.reported_gib(dep, o.kv_cache_tokens)) / SIGMA_FLOOR_GIB)
             return np.array(out)
 
-        f = fitting.fit(residuals, self.box)
+        f = fitting.fit(residuals, self.box, kinks=True)
         exact = [i for i, o in enumerate(observations) if not o.shortage]
         res = f.data_residuals[exact] * SIGMA_FLOOR_GIB
         spread = max(SIGMA_FLOOR_GIB, float(np.sqrt(np.mean(res**2)))) if exact else SIGMA_FLOOR_GIB
@@ -195,8 +195,9 @@ class MemoryModel:
         x = fitting.logs(learned.profile, MEMORY_CONSTANTS)
         mu = self.available_gib(dep, learned.profile)
         h = 0.02
-        grad = np.array([self.available_gib(dep, self.with_logs(x + h * unit, learned.profile)) - mu
-                         for unit in np.eye(len(x))]) / h
+        # Both one-sided slopes, the steeper kept: at a kink the candidate may move either way.
+        grad = np.array([max(abs(self.available_gib(dep, self.with_logs(x + s * unit, learned.profile)) - mu)
+                             for s in (h, -h)) for unit in np.eye(len(x))]) / h
         sd = math.sqrt(float(grad @ learned.covariance @ grad) + learned.spread_gib**2)
         upper = mu + Z * sd
         return min(upper, corner) if learned.within_ranges else upper
