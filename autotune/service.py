@@ -8,6 +8,7 @@ that can refuse the run is checked before anything is written.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from autotune.calibrate import search_sampler
 from autotune.errors import UserError
 from autotune.rundir import RunDir
 from autotune.security import mask_env, mask_url, secret_values
@@ -24,7 +26,6 @@ from autotune.study.driver import TrialLoop
 from autotune.study.opening import open_study
 from autotune.study.pareto import pareto_numbers
 from autotune.study.progress import MODES, Progress
-from autotune.study.samplers import make_sampler
 from autotune.study.storage import check_url, expand_url, open_storage
 from autotune.study.trial_files import TrialFiles
 from autotune.tracking.callback import MlflowLogger
@@ -76,9 +77,9 @@ def run_study(space: SearchSpace, space_path: Path, opts: RunOptions) -> RunSumm
         storage_url = expand_url(space.study.storage) if space.study.storage else run_dir.optuna_url
         mlflow_uri = space.study.mlflow_tracking_uri
         mlflow_uri = expand_url(mlflow_uri, "study.mlflow_tracking_uri") if mlflow_uri else run_dir.mlflow_url
-        opened = open_study(space, name, open_storage(storage_url), make_sampler(space.study.sampler, space, seed))
+        opened = open_study(space, name, open_storage(storage_url), search_sampler(space, seed))
         if opened.first_open:
-            run_dir.space_copy.write_text(yaml.safe_dump(_masked_space(space), sort_keys=False))
+            run_dir.space_copy.write_text(yaml.safe_dump(_masked_space(space, space_path), sort_keys=False))
         target = opts.trials or space.study.trials
         g, c = space.cluster.gpus_per_worker, space.cluster.cpus_per_worker
         callbacks: list[Callback] = [
@@ -90,7 +91,7 @@ def run_study(space: SearchSpace, space_path: Path, opts: RunOptions) -> RunSumm
             callbacks.append(Progress(
                 f"backend {space.engine.backend}, {n_workers} worker(s) x {g} GPU(s), sampler {space.study.sampler}; "
                 f"run dir {run_dir.root}", mode))
-        pool = WorkerPool(space.engine.backend, n_workers, g, c, opts.backend_kwargs)
+        pool = WorkerPool(space.engine.backend, n_workers, g, c, _backend_kwargs(space, opts))
         loop = TrialLoop(
             opened.study, space, pool,
             target=target, seed=seed, callbacks=callbacks, stale_after_s=opts.stale_after_s,
@@ -115,6 +116,15 @@ def _progress_mode(progress: str | bool) -> str:
     return progress
 
 
+def _backend_kwargs(space: SearchSpace, opts: RunOptions) -> dict[str, Any]:
+    """The backend's constructor options. The sim backend runs the space's physics
+    (``engine.sim_profile``, else nominal): in a sim study that profile plays reality."""
+    kwargs = dict(opts.backend_kwargs)
+    if space.engine.backend == "sim":
+        kwargs.setdefault("profile", space.engine.profile)
+    return kwargs
+
+
 def _preflight(space: SearchSpace, opts: RunOptions, seed: int) -> tuple[ClusterInfo, int]:
     """Everything that can refuse the run, checked before anything is written.
 
@@ -125,7 +135,7 @@ def _preflight(space: SearchSpace, opts: RunOptions, seed: int) -> tuple[Cluster
         check_url(expand_url(space.study.storage))
     if space.study.mlflow_tracking_uri:
         expand_url(space.study.mlflow_tracking_uri, "study.mlflow_tracking_uri")
-    make_sampler(space.study.sampler, space, seed)
+    search_sampler(space, seed)
     g, c = space.cluster.gpus_per_worker, space.cluster.cpus_per_worker
     requested = opts.workers or space.cluster.workers
     logical = None
@@ -156,8 +166,13 @@ def _invocation_params(space: SearchSpace, name: str, target: int, n_workers: in
     }
 
 
-def _masked_space(space: SearchSpace) -> dict[str, Any]:
+def _masked_space(space: SearchSpace, space_path: Path) -> dict[str, Any]:
+    """The space as saved in the run directory: secrets masked, and a trace path made absolute
+    (it was relative to the space file; status and export re-read the copy from elsewhere)."""
     d = space.model_dump(mode="json")
+    trace = d["workload"].get("trace")
+    if trace and not Path(trace["path"]).expanduser().is_absolute():
+        trace["path"] = os.path.abspath(Path(space_path).parent / trace["path"])
     d["engine"]["env"] = mask_env(space.engine.env)
     for key in ("storage", "mlflow_tracking_uri"):
         if d["study"].get(key):

@@ -64,8 +64,8 @@ def space_fingerprint(space: SearchSpace) -> str:
 
     Trial counts, storage and cluster settings may change between runs of one study; the
     engine, params, constraints, workload and objectives may not. Of ``engine.env`` only the
-    vLLM variables that change memory behaviour count; of ``engine.sim_profile``, the
-    profile's content, not where the file is.
+    vLLM variables that change memory behaviour count; of ``engine.sim_profile`` and of a
+    trace file, the content (profile values, the trace's sha256), not where the file is.
     """
     core = space.model_dump(include={"engine", "params", "constraints", "workload", "objectives", "slo"}, mode="json")
     env = core["engine"].pop("env", None) or {}  # secrets live here and may rotate between runs
@@ -73,6 +73,9 @@ def space_fingerprint(space: SearchSpace) -> str:
     behaviour = {k: env[k] for k in VLLM_ENV_VARS if k in env}
     if behaviour:
         core["engine"]["vllm_env"] = behaviour
+    trace = core["workload"].get("trace")
+    if trace:
+        trace.pop("path", None)
     if core["engine"].pop("sim_profile", None) is not None:
         core["engine"]["sim_profile"] = space.engine.profile.to_dict()
     return hashlib.sha256(json.dumps(core, sort_keys=True).encode()).hexdigest()[:16]
