@@ -45,24 +45,10 @@ def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
 
 
 def sqlite_study_ready(db: Path) -> bool:
-    """Whether a driver has finished creating its Optuna SQLite DB.
+    """Whether a driver has finished creating its Optuna SQLite DB (the product's own check)."""
+    from autotune.cli.common import sqlite_study_ready as ready
 
-    Polling with Optuna before then races the driver's own table creation (both run the
-    schema migration; one fails on alembic_version), so look read-only first.
-    """
-    import sqlite3
-
-    if not db.exists():
-        return False
-    try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
-        try:
-            return con.execute("SELECT count(*) FROM alembic_version").fetchone()[0] > 0 and bool(
-                con.execute("SELECT count(*) FROM studies").fetchone()[0])
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return False
+    return ready(db)
 
 
 def with_setting(data: dict, dotted: str, value) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import optuna
@@ -31,12 +32,34 @@ def saved_space(run_dir: RunDir) -> dict:
         return {}
 
 
+def sqlite_study_ready(db: Path) -> bool:
+    """Whether a driver has finished creating the Optuna SQLite DB ``db`` (tables and a study).
+
+    Opening it with Optuna before then would run Optuna's schema setup against the driver's
+    own, and one of them fails (alembic_version UNIQUE); so look read-only first.
+    """
+    if not db.exists():
+        return False
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            return con.execute("SELECT count(*) FROM alembic_version").fetchone()[0] > 0 and bool(
+                con.execute("SELECT count(*) FROM studies").fetchone()[0])
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return False
+
+
 def open_study(run_dir: RunDir, study: str | None, storage: str | None) -> optuna.Study:
     saved = saved_space(run_dir)
     url = storage or (saved.get("study") or {}).get("storage") or run_dir.optuna_url
     if "***" in url:
         raise UserError("the study's storage URL holds a masked password; pass --storage URL (or use ${VAR} in the space)")
     url = expand_url(url, "--storage")
+    if url.startswith("sqlite:///") and not sqlite_study_ready(Path(url.removeprefix("sqlite:///"))):
+        raise UserError(f"{run_dir.root}: the storage holds no study yet (a run may still be creating it); "
+                        "try again in a moment")
     st = open_storage(url)
     names = [s.study_name for s in optuna.get_all_study_summaries(st, include_best_trial=False)]
     name = study or (saved.get("study") or {}).get("name")
