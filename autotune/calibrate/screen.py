@@ -22,7 +22,6 @@ from autotune.calibrate import observations as obs
 from autotune.calibrate.calibration import fit_profile
 from autotune.calibrate.model import simulate
 from autotune.deploy import SimProfile
-from autotune.errors import UserError
 from autotune.space import SearchSpace
 from autotune.study.record import TrialRecord
 from autotune.study.samplers import make_sampler
@@ -63,12 +62,10 @@ class SimModel:
 
 def search_sampler(space: SearchSpace, seed: int) -> optuna.samplers.BaseSampler:
     """The sampler a study of ``space`` runs with: ``study.sampler``'s, screened by the
-    simulator when ``study.strategy.screen`` is on."""
+    simulator when ``study.strategy.screen`` is on and the sampler proposes one flag at a
+    time (:data:`SCREENABLE`; grid, nsga2 and gp propose whole configs and run unscreened)."""
     base = make_sampler(space.study.sampler, space, seed)
     s = space.study.strategy
-    if not s.screen:
+    if not s.screen or space.study.sampler not in SCREENABLE:
         return base
-    if space.study.sampler not in SCREENABLE:
-        raise UserError(f"study.strategy.screen draws from the sampler's independent proposals: use study.sampler "
-                        f"{', '.join(SCREENABLE)} with it, or screen: false (not {space.study.sampler})")
     return ScreeningSampler(base, space, SimModel(space), s.screen_candidates)

@@ -235,7 +235,9 @@ class StrategySection(_Strict):
     # Never engine.sim_profile: that is the physics the sim backend runs.
     model_profile: str = "calibrated"
     prune_learns_error: bool = True  # pruning learns the memory model's error from each startup
-    screen: bool = False  # the simulator ranks the sampler's candidates before one launches
+    # The simulator ranks the sampler's candidates before one launches (samplers autotune,
+    # tpe, random; grid, nsga2 and gp propose jointly and are not screened).
+    screen: bool = True
     screen_candidates: int = Field(default=8, ge=2)  # candidates drawn per launch
     screen_requests: int = Field(default=300, ge=50)  # requests per screening simulation
     recalibrate_every: int = Field(default=10, ge=1)  # launched trials between recalibrations
