@@ -1,4 +1,5 @@
-"""`autotune export`: the chosen config as a YAML for `vllm serve --config`."""
+"""`autotune export`: the chosen config for deployment: a `vllm serve --config` YAML (default)
+or Kubernetes manifests (a Deployment and a Service running `vllm serve` with the same flags)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,27 @@ from autotune.cli.app import app
 from autotune.cli.common import find_run_dir, open_study, saved_space
 from autotune.errors import UserError
 from autotune.export.header import evidence_lines, latency_summary, oom_line
-from autotune.export.vllm_config import header, serve_command, write_config
+from autotune.export.k8s import VLLM_IMAGE, k8s_manifests
+from autotune.export.vllm_config import header, serve_command, write_atomic, write_config
 from autotune.space.loader import parse_space
 from autotune.study.evidence import SHOWN_METRICS
 from autotune.study.export_rule import DEFAULT_MAX_OOM_PER_1K, SHOWN, choose, study_evidence
+
+FORMATS = ("vllm", "k8s")
+DEFAULT_FILE = {"vllm": "vllm_config.yaml", "k8s": "k8s.yaml"}
 
 
 @app.command()
 def export(
     out: Annotated[Path | None, typer.Option(help="run directory (default: the only one under ./runs)")] = None,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="YAML to write (default <run dir>/vllm_config.yaml)")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output",
+                                                help="file to write (default <run dir>/vllm_config.yaml or k8s.yaml)")] = None,
+    format_: Annotated[str, typer.Option("--format", help="vllm (a `vllm serve --config` YAML) or k8s "
+                                                          "(Deployment + Service running vllm serve)")] = "vllm",
+    name: Annotated[str, typer.Option(help="k8s: name of the Deployment and Service")] = "vllm-autotuned",
+    image: Annotated[str, typer.Option(help="k8s: the vLLM container image")] = VLLM_IMAGE,
+    secret_name: Annotated[str, typer.Option(help="k8s: the Secret that holds engine.env's secrets")] = "autotune-secrets",
+    cache_claim: Annotated[str, typer.Option(help="k8s: the PersistentVolumeClaim for the model cache")] = "vllm-model-cache",
     max_oom_per_1k: Annotated[float, typer.Option(help="OOM limit the chosen config must meet")] = DEFAULT_MAX_OOM_PER_1K,
     study: Annotated[str | None, typer.Option(help="study name, if the storage holds several")] = None,
     storage: Annotated[str | None, typer.Option(help="storage URL, if not the run directory's")] = None,
@@ -30,6 +42,8 @@ def export(
     The config is written even when its OOM rate is not shown within the limit with 95 %
     confidence; the header and the output then say so, and how many more requests would.
     """
+    if format_ not in FORMATS:
+        raise UserError(f"--format {format_!r}: use one of {', '.join(FORMATS)}")
     if max_oom_per_1k < 0:
         raise UserError(f"--max-oom-per-1k {max_oom_per_1k}: must be >= 0")
     run_dir = find_run_dir(out)
@@ -42,14 +56,19 @@ def export(
         raise UserError(f"study {st.study_name}: no feasible completed trial to export yet; run more trials")
     c = choice.config
     shown = {"oom_per_1k": c.oom.rate_per_1k, **{m: c.interval(m).mean for m in SHOWN_METRICS if m in c.intervals}}
-    path = output or run_dir.root / "vllm_config.yaml"
+    path = output or run_dir.root / DEFAULT_FILE[format_]
     head = header(st.study_name, choice.trial.number, space.engine.backend, shown, choice.rule,
                   evidence_lines(choice, evidence, max_oom_per_1k, margin))
-    write_config(path, space.engine.model, c.flags, head)
+    if format_ == "k8s":
+        write_atomic(path, k8s_manifests(space.engine.model, c.flags, space.engine.env, head, name=name, image=image,
+                                         secret_name=secret_name, cache_claim=cache_claim,
+                                         startup_timeout_s=space.engine.startup_timeout_s))
+    else:
+        write_config(path, space.engine.model, c.flags, head)
     typer.echo(f"trial {choice.trial.number}: {choice.rule}")
     typer.echo(f"  {latency_summary(c)}")
     typer.echo(f"  {oom_line(c, max_oom_per_1k, choice.tier == SHOWN)}")
     for note in choice.notes:
         typer.echo(f"  note: {note}")
     typer.echo(f"wrote {path}")
-    typer.echo(serve_command(space.engine.model, c.flags))
+    typer.echo(f"kubectl apply -f {path}" if format_ == "k8s" else serve_command(space.engine.model, c.flags))

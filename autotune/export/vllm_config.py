@@ -56,12 +56,15 @@ def header(study: str, trial: int, backend: str, metrics: dict[str, float], rule
 
 
 def write_config(path: Path, model: str, flags: dict[str, Any], head: str) -> str:
-    body = yaml.safe_dump(config_dict(model, flags), sort_keys=False)
-    text = head + body
+    return write_atomic(path, head + yaml.safe_dump(config_dict(model, flags), sort_keys=False))
+
+
+def write_atomic(path: Path, text: str) -> str:
+    """Write ``text`` to ``path`` through a temporary file: never a half-written config."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text)
-    tmp.replace(path)  # never leave a half-written config behind
+    tmp.replace(path)
     return text
 
 
