@@ -200,7 +200,7 @@ class TrialLoop:
         record.state, record.started = State.REJECTED, False
         record.failure_class, record.failure_reason = str(FailureClass.REJECTED), scrub(reason, self.secrets)
         self._settle(trial, record)
-        self._tell(trial, record)
+        record = self._tell(trial, record)  # the told record: its end time is Optuna's
         self.tally.rejected += 1
         self._end(record, None)
 
