@@ -35,6 +35,7 @@ class HubRequest:
     kind: str  # "info", "tree", "file" or "unknown"
     path: str  # the file for "file", else the URL path
     status: int  # 200: the whole file; 206: a byte range of it
+    token: str = ""  # the bearer token it carried, if any
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             path = unquote(urlsplit(self.path).path)
             node, kind, status, headers, body = hub.answer(self.command, path, self.headers.get("Range"))
             name = path.split("/resolve/", 1)[-1].partition("/")[2] if kind == "file" else path
-            hub.log(HubRequest(node, self.command, kind, name, status))
+            token = self.headers.get("Authorization", "").removeprefix("Bearer ")
+            hub.log(HubRequest(node, self.command, kind, name, status, token))
             self.send_response(status)
             for k, v in headers.items():
                 self.send_header(k, v)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 import types
+from pathlib import Path
 
 from autotune.backends.base import ServerSpec
 from autotune.backends.vllm import weights as weights_mod
@@ -90,3 +91,32 @@ def test_a_second_call_in_the_same_process_downloads_nothing(tmp_path, monkeypat
     second = weights_mod.prefetch_weights("org/model", download_dir=str(tmp_path / "dl"))
     assert first.downloaded and not second.downloaded and len(calls) == 1
     assert second.path == first.path
+
+
+def test_the_fetch_lands_where_the_server_looks_once_per_node(tmp_path, monkeypatch):
+    # Real huggingface_hub against a local stand-in for the Hub (no network here). The
+    # server's environment (engine.env) names another cache, endpoint and token than this
+    # worker process has: the fetch must follow the server's, or vLLM would download again.
+    from tests.multinode.fake_hub import FakeHub
+
+    files = {"config.json": b'{"model_type": "qwen2"}', "tokenizer.json": b"{}", "model.safetensors": b"\0" * 64}
+    hub = FakeHub("org/model", files).start()
+    try:
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "worker-home"))
+        monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9/unreachable")
+        for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_TOKEN"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setattr(weights_mod, "_done_in_process", {})
+        env = {"HF_HOME": str(tmp_path / "server-home"), "HF_ENDPOINT": hub.endpoint("node"), "HF_TOKEN": "hf_x"}
+        first = weights_mod.prefetch_weights("org/model", env=env)
+        weights_mod._done_in_process.clear()  # a second worker process on the same node
+        second = weights_mod.prefetch_weights("org/model", env=env)
+    finally:
+        hub.stop()
+    cache = tmp_path / "server-home" / "hub"
+    assert first.downloaded and not second.downloaded and second.path == first.path
+    assert Path(first.path).parent.parent.parent == cache and not (tmp_path / "worker-home").exists()
+    assert {p.name: p.read_bytes() for p in Path(first.path).iterdir()} == files
+    assert hub.downloads("node") == dict.fromkeys(files, 1)
+    assert {r.token for r in hub.requests} == {"hf_x"}
+    assert (cache / ".autotune-locks" / "org--model.done").read_text() == first.path
