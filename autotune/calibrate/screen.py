@@ -21,7 +21,8 @@ import optuna
 from autotune.calibrate import observations as obs
 from autotune.calibrate.calibration import fit_profile
 from autotune.calibrate.model import simulate
-from autotune.deploy import SimProfile
+from autotune.deploy import SimProfile, known_gpus, resolve_model
+from autotune.errors import UserError
 from autotune.space import SearchSpace
 from autotune.study.record import TrialRecord
 from autotune.study.samplers import make_sampler
@@ -60,12 +61,23 @@ class SimModel:
         return [simulate(self.space, flags, self.profile, self.requests, seed) for flags in configs]
 
 
+def simulator_models(space: SearchSpace) -> bool:
+    """Whether the simulator can model this space's model, GPU and flags. If it cannot (a
+    model it has no config for, a CPU "GPU", an unmodelled flag), the search runs unscreened,
+    as pruning runs off: the screen is an aid, never a reason to refuse a study."""
+    try:
+        resolve_model(space.engine.model)
+    except UserError:
+        return False
+    return space.engine.gpu in known_gpus() and not space.unmodelled_flags()
+
+
 def search_sampler(space: SearchSpace, seed: int) -> optuna.samplers.BaseSampler:
     """The sampler a study of ``space`` runs with: ``study.sampler``'s, screened by the
     simulator when ``study.strategy.screen`` is on and the sampler proposes one flag at a
     time (:data:`SCREENABLE`; grid, nsga2 and gp propose whole configs and run unscreened)."""
     base = make_sampler(space.study.sampler, space, seed)
     s = space.study.strategy
-    if not s.screen or space.study.sampler not in SCREENABLE:
+    if not s.screen or space.study.sampler not in SCREENABLE or not simulator_models(space):
         return base
     return ScreeningSampler(base, space, SimModel(space), s.screen_candidates)

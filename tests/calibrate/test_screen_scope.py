@@ -1,0 +1,22 @@
+"""The screen is an aid, never a reason to refuse a study: where the simulator cannot model the
+space (no config for the model, a CPU "GPU", an unmodelled flag) the search runs unscreened."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.calibrate.screen import search_sampler
+from autotune.space import load_space
+from autotune.study.screening import ScreeningSampler
+from tests.conftest import REPO
+
+
+@pytest.mark.parametrize("space_file", ["tests/data/noop.yaml", "search_spaces/tiny-cpu.yaml"])
+def test_spaces_the_simulator_cannot_model_run_unscreened(space_file):
+    space = load_space(REPO / space_file)
+    assert space.study.strategy.screen  # on by default, and still no refusal
+    assert not isinstance(search_sampler(space, 0), ScreeningSampler)
+
+
+def test_the_flagship_space_is_screened():
+    assert isinstance(search_sampler(load_space(REPO / "search_spaces" / "qwen72b.yaml"), 0), ScreeningSampler)
