@@ -117,9 +117,11 @@ def test_two_drivers_share_one_study(ray_cluster, pg_url, pg_mlflow_url, tmp_pat
     name = unique_name("pg_coop")
     target = 12
     # ${VAR} keeps the password out of the file, as users are told to do.
+    # Trials slow enough (1.5 s) that the second driver, starting on a loaded machine, joins
+    # while search trials remain; confirmation runs off: this test is about sharing the search.
     space = write_space(tmp_path / "space.yaml", noop_space(
-        name, target, delay_s=0.4, storage="${AUTOTUNE_TEST_PG_URL}", mlflow="${AUTOTUNE_TEST_PG_MLFLOW_URL}",
-        workers=1))
+        name, target, delay_s=1.5, storage="${AUTOTUNE_TEST_PG_URL}", mlflow="${AUTOTUNE_TEST_PG_MLFLOW_URL}",
+        workers=1, confirm={"finalists": 0}))
     env = child_env()
     a = subprocess.Popen(run_cmd(space, tmp_path / "a", ray_cluster), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env)
