@@ -179,3 +179,14 @@ def test_autotunes_own_model_never_reads_engine_sim_profile(tmp_path):
     NOMINAL.perturbed(8).save(tmp_path / "mine.yaml")
     own = parse_space(data, tmp_path / "space.yaml")
     assert StartupPredictor.for_space(own).memory.profile == NOMINAL.perturbed(8)
+
+
+def test_a_model_profile_that_does_not_load_is_one_line(tmp_path):
+    from autotune.errors import UserError
+    from autotune.space.loader import parse_space
+
+    data = C.space().model_dump(mode="json")
+    data["study"]["strategy"] = {"model_profile": "missing.yaml"}
+    with pytest.raises(UserError, match=r"study.strategy: model_profile is nominal, calibrated or a SimProfile file: "
+                                        r".*missing.yaml: no such profile file"):
+        parse_space(data, tmp_path / "space.yaml")
