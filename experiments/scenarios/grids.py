@@ -57,7 +57,7 @@ GRIDS: dict[str, dict[str, list[Any]]] = {
     # Goodput near saturation. KV is never short (450k tokens), so gmu only at the space's
     # bottom, vLLM's default and the top (headroom for the OOM hazard). max_num_seqs by
     # powers of two: below ~128 the batch cap queues requests past the TTFT SLO. Every
-    # budget: it decides TPOT under bursts. 3 x 6 x 6 x 2 x 2 = 432 configs, 16 of them
+    # budget: it decides TPOT under bursts. 3 x 6 x 6 x 2 x 2 = 432 configs, 12 of them
     # rejected by the budget >= max_num_seqs constraint.
     "bursty-goodput": {
         "gpu_memory_utilization": [0.84, 0.92, 0.96],

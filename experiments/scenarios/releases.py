@@ -73,8 +73,8 @@ def _one(job: tuple[str, str, bool, int]) -> tuple[str, str, bool, dict[str, Any
 
 
 def run(seeds: int, jobs: int) -> list[dict[str, Any]]:
-    base = Settings().seeds[0]
-    todo = [(r, w, n, base + s) for r in RELEASES for w in WORKLOADS for n in (False, True) for s in range(seeds)]
+    todo = [(r, w, n, Settings().seed(s)) for r in RELEASES for w in WORKLOADS for n in (False, True)
+            for s in range(seeds)]
     got: dict[tuple[str, str, bool], list[dict[str, Any]]] = {}
     with mp.get_context("fork").Pool(jobs) as pool:
         for r, w, n, out in pool.imap_unordered(_one, todo, chunksize=2):

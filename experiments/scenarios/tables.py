@@ -65,7 +65,7 @@ def run(seeds: int, jobs: int) -> list[dict[str, Any]]:
         best = {p: gt.target[p] for p in gt.params}
         info[name] = {"gt": gt, "defaults": base, "best": best}
         for which, params in (("defaults", base), ("best", best)):
-            jobs_list += [(name, which, params, G.Settings().seeds[0] + s) for s in range(seeds)]
+            jobs_list += [(name, which, params, G.Settings().seed(s)) for s in range(seeds)]
     got: dict[tuple[str, str], list[dict[str, Any]]] = {}
     with mp.get_context("fork").Pool(jobs) as pool:
         for name, which, out in pool.imap_unordered(_job, jobs_list, chunksize=2):
