@@ -30,8 +30,8 @@ only randomness is the runtime-OOM hazard's draws, so:
 The main objective is the space's objective that is not oom_per_1k (p99_e2e_s, or
 goodput_rps_per_gpu maximised); the target is its best value with oom_per_1k <= 1; the front
 is the Pareto set of (oom_per_1k, main objective). Results are cached under
-runs/ground_truth/ keyed by (space file content and its trace's sha256, grid, profile,
-settings); the nominal truth of a scenario is committed in data/NAME/ and also serves as
+runs/ground_truth/ keyed by (the space's landscape: its fingerprint, with the trace's
+sha256; grid; profile; settings); the nominal truth of a scenario is committed in data/NAME/ and also serves as
 its cache. ALL VALUES ARE SIMULATED (autotune.sim), never GPU measurements.
 """
 
@@ -57,7 +57,7 @@ if not __package__:  # run as a script: make the repository root importable
 
 from autotune.deploy import SimProfile, predict_startup  # noqa: E402
 from autotune.sim import simulate_trial  # noqa: E402
-from autotune.space import SearchSpace, load_space  # noqa: E402
+from autotune.space import SearchSpace, load_space, space_fingerprint  # noqa: E402
 from autotune.study.params import check_constraints  # noqa: E402
 from experiments.scenarios import grids  # noqa: E402
 
@@ -130,10 +130,11 @@ def space_path(scenario: str) -> Path:
     return SPACES / f"{scenario}.yaml"
 
 
-def cache_key(space_file: Path, space: SearchSpace, grid: Mapping[str, list], profile: SimProfile,
-              settings: Settings) -> str:
-    trace = space.workload.trace.sha256 if space.workload.trace is not None else None
-    blob = json.dumps({"space": space_file.read_text(), "trace": trace, "grid": grid, "profile": profile.to_dict(),
+def cache_key(space: SearchSpace, grid: Mapping[str, list], profile: SimProfile, settings: Settings) -> str:
+    """What the truth depends on: the space's landscape (``space_fingerprint``: engine, params,
+    constraints, workload with its trace's sha256, objectives; not comments, references or
+    trial counts), the grid, the profile and the settings."""
+    blob = json.dumps({"space": space_fingerprint(space), "grid": grid, "profile": profile.to_dict(),
                        "settings": asdict(settings), "version": VERSION}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -402,7 +403,7 @@ def brute_force(scenario: str, profile: SimProfile | None = None, *, jobs: int =
     grids.check(grid, space)
     base = space.engine.profile if profile is None else profile
     prof = base if settings.noise else base.without_noise()
-    key = cache_key(path, space, grid, prof, settings)
+    key = cache_key(space, grid, prof, settings)
     nominal = profile is None and settings == Settings()
     places = [p for p in (out, DATA / scenario if nominal else None, CACHE / f"{scenario}-{key}") if p is not None]
     for place in places:

@@ -62,7 +62,8 @@ def test_scenario_header_names_its_deployment_and_says_simulated(name):
 
 @pytest.mark.parametrize("name", [*SCENARIOS, "qwen72b"])
 def test_committed_ground_truth_is_of_the_current_space_grid_and_profile(name):
-    """Change a scenario's file, grid or profile and this fails until its truth is regenerated."""
+    """Change a scenario's landscape (engine, params, workload, objectives), grid or profile and this
+    fails until its truth is regenerated."""
     sp = load_space(G.space_path(name))
     grid = grids.grid_for(name)
     grids.check(grid, sp)
@@ -74,7 +75,7 @@ def test_committed_ground_truth_is_of_the_current_space_grid_and_profile(name):
         assert n <= 2000, "keep one brute force within ~10 minutes on 2 cores (issue 12 runs it per truth)"
         settings, data, profile = G.Settings(), G.DATA / name, sp.engine.profile.without_noise()
     summary = json.loads((data / G.TARGET).read_text())
-    assert summary["cache_key"] == G.cache_key(G.space_path(name), sp, grid, profile, settings)
+    assert summary["cache_key"] == G.cache_key(sp, grid, profile, settings)
     gt = G.read(name, sp, data)
     assert len(gt.rows) == n == summary["configs"]
     assert summary["predict_startup_mismatches"] == 0
@@ -138,12 +139,12 @@ def test_brute_force_maximises_goodput_and_applies_the_spaces_constraints():
 
 def test_a_perturbed_truth_is_another_cache_entry_and_another_landscape():
     name = "trace-replay"
-    path, sp = G.space_path(name), load_space(G.space_path(name))
+    sp = load_space(G.space_path(name))
     grid = grids.grid_for(name)
     nominal = sp.engine.profile.without_noise()
     truth = sp.engine.profile.perturbed(3).without_noise()
-    keys = {G.cache_key(path, sp, grid, p, G.Settings()) for p in (nominal, truth)}
-    keys.add(G.cache_key(path, sp, {**grid, "max_num_seqs": [16]}, nominal, G.Settings()))
+    keys = {G.cache_key(sp, grid, p, G.Settings()) for p in (nominal, truth)}
+    keys.add(G.cache_key(sp, {**grid, "max_num_seqs": [16]}, nominal, G.Settings()))
     assert len(keys) == 3
     params = {"gpu_memory_utilization": 0.92, "max_num_seqs": 64, "max_num_batched_tokens": 2048,
               "enable_prefix_caching": True, "enforce_eager": False}
