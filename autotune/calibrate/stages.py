@@ -54,7 +54,9 @@ SPEED_RTOL = 1e-3
 class StageResult:
     name: str
     determined: tuple[str, ...]  # constants the measurements pinned down
-    kept: tuple[str, ...]  # constants left at (or near) the starting profile's value
+    # The others: left at the starting value, or moved only together with others (a sum, a
+    # product) and so not pinned down each.
+    undetermined: tuple[str, ...]
     observations: int
     note: str = ""
     seconds: float = 0.0
@@ -75,8 +77,8 @@ def memory_stage(train: Sequence[TrialRecord], space: SearchSpace, profile: SimP
         return profile, StageResult("memory", (), MEMORY_CONSTANTS, 0, "no engine reported its KV cache size")
     learned = mm.fit(found)
     pinned = _pinned(MEMORY_CONSTANTS, learned.covariance, mm.box.sigma)
-    note = (f"KV memory residual spread {learned.spread_gib * 1024:.0f} MiB; the model profile was "
-            f"{-learned.bias_gib:+.2f} GiB off on average")
+    note = (f"KV memory residual spread {learned.spread_gib * 1024:.0f} MiB; the engines reported "
+            f"{learned.bias_gib:+.2f} GiB of KV memory against the starting profile's prediction, on average")
     if len({dict(o.flags).get("tensor_parallel_size", 1) for o in found}) == 1:
         note += "; non_torch_gib and nccl_gib act as one sum at a single TP size"
     return learned.profile, StageResult("memory", pinned, tuple(n for n in MEMORY_CONSTANTS if n not in pinned),
@@ -107,10 +109,10 @@ def _fit_constants(names: Sequence[str], profile: SimProfile, residuals: fitting
     f = fitting.fit(sub_residuals, sub_box, max_iter=max_iter, rtol=rtol, start=(r0, j0[:, active]))
     fitted = fitting.with_logs(profile, sub, f.x)
     pinned = _pinned(sub, f.covariance(sub_box), sub_box.sigma)
-    kept = tuple(n for n in names if n not in pinned)
+    undetermined = tuple(n for n in names if n not in pinned)
     rms = math.sqrt(float(np.mean(f.data_residuals**2))) if len(f.data_residuals) else 0.0
     note = f"residual RMS {rms:.2f} noise units; left at the start: {', '.join(n for n in names if n not in sub) or '-'}"
-    return fitted, StageResult(stage, pinned, kept, n_obs, note, time.perf_counter() - t0)
+    return fitted, StageResult(stage, pinned, undetermined, n_obs, note, time.perf_counter() - t0)
 
 
 def startup_stage(train: Sequence[TrialRecord], space: SearchSpace, profile: SimProfile) -> tuple[SimProfile, StageResult]:
