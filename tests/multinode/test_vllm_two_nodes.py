@@ -90,10 +90,6 @@ def _space(vllm_python: str) -> dict[str, Any]:
     engine["env"]["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     space["workload"]["num_requests"] = 12
     space["study"].update(name=NAME, trials=TARGET)
-    # The screen ranks candidates with autotune's model of the engine, which needs the model's
-    # config on the driver; a hub id the driver has never fetched is refused ("unknown model
-    # ... for the simulator"). Off here: this test is about what runs on the workers.
-    space["study"]["strategy"] = {"screen": False}
     space["cluster"] = {"workers": 4, "gpus_per_worker": 1, "cpus_per_worker": 1}
     return space
 

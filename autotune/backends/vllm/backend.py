@@ -275,7 +275,8 @@ class VllmBackend:
     @staticmethod
     def _prefetch(req: TrialRequest) -> dict[str, Any]:
         try:
-            w = prefetch_weights(req.server.model, req.server.download_dir, req.flags.get("load_format"))
+            w = prefetch_weights(req.server.model, req.server.download_dir, req.flags.get("load_format"),
+                                 env=req.server.env)
         except Exception as e:  # no network, gated model: vLLM will say the same at startup
             return {"error": f"{type(e).__name__}: {e}"[:300]}
         return {"path": w.path, "downloaded": w.downloaded, "seconds": round(w.seconds, 3), "note": w.note}
