@@ -1,0 +1,112 @@
+"""The results grid: scenarios x truth seeds x strategies, resumable. SIMULATED.
+
+    .venv/bin/python -m experiments.reality_gap.bench [--jobs 2] [--max-load 3] \
+        [--scenarios A B] [--truth-seeds 0-9] [--strategies random tpe grid autotune ...]
+
+For each (truth seed, scenario) the truth's brute force comes first (cached, truth.py: the
+committed ones are read, others are computed with ``--jobs`` processes), then its cases run
+in ``--jobs`` worker processes, each the same call as ``run.py`` (``--calibrate`` for the
+strategies in ``--calibrate-strategies``). Every finished case is appended to
+results/runs.jsonl at once, and a case already there is not run again, so a killed grid
+resumes where it stopped. The machine is shared: while the 1-minute load average is above
+``--max-load``, only one case runs at a time. ``report.py`` turns runs.jsonl into tables
+and plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+from experiments.reality_gap.run import run_case
+from experiments.reality_gap.strategies import BASELINES, STRATEGIES
+from experiments.reality_gap.truth import Truth
+
+RESULTS = Path(__file__).resolve().parent / "results"
+RUNS = RESULTS / "runs.jsonl"
+SCENARIOS = ("qwen72b-mixed", "rag-llama70b-h100", "bursty-goodput", "small-highconc", "trace-replay")
+KEY = ("scenario", "truth_seed", "strategy", "study_seed", "trials")
+
+
+def seeds(text: str) -> list[int]:
+    """'0-9' or '0,3,5'."""
+    if "-" in text:
+        lo, hi = text.split("-")
+        return list(range(int(lo), int(hi) + 1))
+    return [int(x) for x in text.split(",")]
+
+
+def done_keys(path: Path) -> set[tuple]:
+    if not path.exists():
+        return set()
+    out = set()
+    for line in path.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            out.add(tuple(r[k] for k in KEY))
+    return out
+
+
+def _case(args: tuple[str, int, str, bool]) -> dict[str, Any]:
+    scenario, truth_seed, strategy, calibrate = args
+    return run_case(scenario, truth_seed, strategy, calibrate=calibrate)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS))
+    ap.add_argument("--truth-seeds", type=seeds, default=seeds("0-9"))
+    ap.add_argument("--strategies", nargs="+", default=[*BASELINES, "autotune"], choices=STRATEGIES)
+    ap.add_argument("--calibrate-strategies", nargs="*", default=["autotune"], choices=STRATEGIES)
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--max-load", type=float, default=3.0, help="above this 1-min load average run one case at a time")
+    ap.add_argument("--out", type=Path, default=RUNS)
+    ap.add_argument("--truths-only", action="store_true", help="only brute-force (and cache) the truths")
+    args = ap.parse_args()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    done = done_keys(args.out)
+    t0 = time.time()
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for truth_seed in args.truth_seeds:
+            for scenario in args.scenarios:
+                truth = Truth.load(scenario, truth_seed, jobs=_jobs(args.jobs, args.max_load), log=_log)
+                if args.truths_only:
+                    continue
+                space_trials = truth.space.study.trials
+                todo = [(scenario, truth_seed, s, s in args.calibrate_strategies) for s in args.strategies
+                        if (scenario, truth_seed, s, truth_seed, space_trials) not in done]
+                _run_all(pool, todo, args.jobs, args.max_load, args.out, t0)
+
+
+def _jobs(jobs: int, max_load: float) -> int:
+    return jobs if os.getloadavg()[0] <= max_load else 1
+
+
+def _run_all(pool: ProcessPoolExecutor, todo: list[tuple], jobs: int, max_load: float, out: Path, t0: float) -> None:
+    running: set[Future] = set()
+    while todo or running:
+        limit = _jobs(jobs, max_load)
+        while todo and len(running) < limit:
+            running.add(pool.submit(_case, todo.pop(0)))
+        finished, running = wait(running, timeout=30, return_when=FIRST_COMPLETED)
+        for f in finished:
+            r = f.result()
+            with out.open("a") as fh:
+                fh.write(json.dumps(r) + "\n")
+            _log(f"{r['scenario']} truth {r['truth_seed']} {r['strategy']}: within 2 % {r['within_2pct']}, "
+                 f"regret {r['regret']}, GPU-h to 2 % {r['gpu_hours_to_2pct']} ({r['runtime_s']['total']} s; "
+                 f"{time.time() - t0:.0f} s in all)")
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Scoring one study against its truth: what it exports, what that costs, what it threw away.
+
+Everything is judged by the truth's noise-free values (:class:`experiments.reality_gap.truth.Truth`),
+never by the study's own measurements, so a lucky measurement earns nothing.
+
+* **Export**: autotune's export rule (``autotune.study.export_rule``: the confirmed and
+  OOM-shown configs first, lowest p99 upper bound, headroom margin) with the OOM limit of 1
+  per 1000, for every strategy alike: what a user of that study would deploy.
+* **GPU-hours**: a worker holds its GPUs (2 for a TP 2 engine) for a trial's ``gpu_time_s``
+  (startup, restarts, benchmark; an early stop shortens it). ``gpu_hours_to_2pct``: the
+  trials complete in the order of the simulated clock; after each completion the export rule
+  is applied to the trials completed so far; the first time its choice is truly within 2 %
+  of the best and meets the OOM limit, the GPU-hours spent by then count, including the
+  part of the trials still running that has elapsed. ``..._stable``: the same from the
+  completion after which the choice stays within 2 % to the end.
+* **Wrongly rejected**: samples the memory-model pruning rejected ("predicted startup
+  failure") that start under the truth.
+* **Wasted launches**: sampled or confirmation trials launched that could not start; the
+  warm start's vLLM-defaults baseline and references are launched on purpose and counted
+  apart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.space import SearchSpace
+from autotune.study.evidence import ConfigEvidence, config_key, summarize
+from autotune.study.export_rule import choose
+from autotune.study.record import Role, State, TrialRecord
+from experiments.reality_gap.truth import OOM_LIMIT
+from experiments.search.harness import Dispatch
+
+PRUNED = "predicted startup failure"  # how the pruning's rejection reasons begin (study/pruning.py)
+WARM_START = (Role.BASELINE, Role.REFERENCE)
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A launched trial on the simulated clock."""
+
+    record: TrialRecord
+    start_s: float
+    end_s: float
+
+
+def timeline(recs: Sequence[TrialRecord], log: Sequence[Dispatch]) -> list[Timed]:
+    """Launched trials in the order their results reached the loop (end time, then dispatch)."""
+    by_number = {r.number: r for r in recs}
+    ordered = sorted(log, key=lambda d: (d.end_s, d.order))
+    return [Timed(by_number[d.trial], d.start_s, d.end_s) for d in ordered if by_number[d.trial].launched]
+
+
+def gpu_hours_by(t: float, timed: Sequence[Timed], gpus: int) -> float:
+    """GPU-hours spent up to simulated time ``t`` (running trials count their elapsed part)."""
+    return gpus * sum(max(0.0, min(x.end_s, t) - x.start_s) for x in timed) / 3600.0
+
+
+def export_choice(recs: Sequence[TrialRecord], space: SearchSpace) -> ConfigEvidence | None:
+    """The config autotune's export rule picks from ``recs`` (``choose_for_export``'s rule)."""
+    choice = choose(summarize(recs, space).configs, OOM_LIMIT, space.export.min_headroom_gib)
+    return None if choice is None else choice.config
+
+
+@dataclass(frozen=True)
+class Progress:
+    first: float | None  # GPU-hours until the export is first truly within 2 %
+    stable: float | None  # GPU-hours from which it stays within 2 % to the end
+
+
+def hours_to_within(timed: Sequence[Timed], space: SearchSpace, gpus: int,
+                    within: Callable[[Mapping[str, Any]], bool]) -> Progress:
+    """``within(flags)``: whether a config is truly within 2 % and the OOM limit."""
+    memo: dict[str, bool] = {}
+    done: list[TrialRecord] = []
+    first = stable = None
+    for x in timed:
+        done.append(x.record)
+        c = export_choice(done, space)
+        ok = False
+        if c is not None:
+            key = config_key(c.flags)
+            if key not in memo:
+                memo[key] = within(c.flags)
+            ok = memo[key]
+        hours = gpu_hours_by(x.end_s, timed, gpus)
+        if ok and first is None:
+            first = hours
+        stable = (stable if stable is not None else hours) if ok else None
+    return Progress(first, stable)
+
+
+def wrongly_rejected(recs: Sequence[TrialRecord], starts: Callable[[Mapping[str, Any]], bool]) -> list[int]:
+    """Trials the pruning rejected although the config starts under the truth."""
+    return [r.number for r in recs
+            if r.state == State.REJECTED and r.failure_reason.startswith(PRUNED) and starts(r.flags)]
+
+
+def failed_launches(recs: Sequence[TrialRecord], warm_start: bool) -> list[int]:
+    """Launched trials that could not start: the warm start's (``warm_start``) or the others."""
+    return [r.number for r in recs if r.launched and not r.started and (r.role in WARM_START) == warm_start]
+
+
+def finite_or_none(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x

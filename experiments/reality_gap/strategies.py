@@ -1,0 +1,83 @@
+"""The strategies the reality-gap benchmark compares, as variants of a scenario's space.
+
+Every strategy runs through autotune's own trial loop; a strategy is only what the space
+tells that loop (``study.sampler``, ``study.strategy``, ``study.confirm``) plus, for the
+vLLM grid, which flags are searched. The truth (the perturbed simulator) is never part of
+a space: it goes to the pool's backend alone (:mod:`experiments.reality_gap.study`).
+
+* ``random``, ``tpe``: a plain Optuna tuner. Optuna's ``RandomSampler(seed)`` and
+  ``TPESampler(seed)`` with their defaults, every autotune part off (no pruning, no
+  OOM/startup constraints: a startup failure is told as the penalty values, no early stop,
+  no warm start, no screen, no confirmation runs). The space's declarative constraints
+  (``max_num_batched_tokens >= max_num_seqs``) stay: they are part of the scenario.
+* ``grid``: vLLM's ``benchmarks/auto_tune/auto_tune.sh`` lists, as experiments/search runs
+  them: ``NUM_SEQS_LIST="128 256"``, ``NUM_BATCHED_TOKENS_LIST="512 1024 2048 4096"``, its
+  gpu_memory_utilization probe 0.98 -> 0.90 by 0.01 and ``--enable-prefix-caching`` (the
+  script always passes it); every other searched flag at vLLM's default. The Cartesian
+  product (72 configs) is visited by Optuna's GridSampler in seeded random order, with the
+  same budget and parts off as ``random``. (The script itself probes gmu downward with the
+  largest config and then benchmarks the 8 combinations at the highest gmu that started;
+  the product holds every config the script can run.)
+* ``autotune``: the space as shipped (sampler ``autotune``, every part of
+  ``study.strategy`` at its default, the space's ``study.confirm``).
+* ablations: ``autotune`` with one part off (:data:`ABLATIONS`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotune.space import SearchSpace
+from autotune.space.schema import ParamSpec
+
+# Every autotune part off: what a plain Optuna tuner does.
+PLAIN = dict(prune_startup_failures=False, feasibility_constraints=False, early_stop=False, warm_start=False,
+             screen=False)
+
+# vLLM benchmarks/auto_tune/auto_tune.sh (NUM_SEQS_LIST, NUM_BATCHED_TOKENS_LIST, the gmu probe).
+AUTO_TUNE_SEQS = [128, 256]
+AUTO_TUNE_BATCHED_TOKENS = [512, 1024, 2048, 4096]
+AUTO_TUNE_GMU = [round(0.98 - 0.01 * i, 2) for i in range(9)]
+
+# name -> (study.strategy changes, study.confirm changes) on top of the shipped space.
+ABLATIONS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "autotune-noscreen": ({"screen": False}, {}),
+    "autotune-nolearn": ({"prune_learns_error": False}, {}),
+    "autotune-nominal": ({"model_profile": "nominal"}, {}),
+    "autotune-noconfirm": ({}, {"finalists": 0}),
+}
+BASELINES = ("random", "tpe", "grid")
+STRATEGIES = (*BASELINES, "autotune", *ABLATIONS)
+
+
+def variant(space: SearchSpace, strategy: str) -> SearchSpace:
+    """``space`` as ``strategy`` runs it."""
+    if strategy == "autotune":
+        return space
+    if strategy in ABLATIONS:
+        switches, confirm = ABLATIONS[strategy]
+        return _with_study(space, space.study.sampler, switches, confirm)
+    if strategy in ("random", "tpe"):
+        return _with_study(space, strategy, PLAIN, {"finalists": 0})
+    if strategy == "grid":
+        return _with_study(_auto_tune_lists(space), "grid", PLAIN, {"finalists": 0})
+    raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+
+
+def _with_study(space: SearchSpace, sampler: str, switches: dict[str, Any], confirm: dict[str, Any]) -> SearchSpace:
+    s = space.study
+    study = s.model_copy(update={"sampler": sampler, "strategy": s.strategy.model_copy(update=switches),
+                                 "confirm": s.confirm.model_copy(update=confirm)})
+    return space.model_copy(update={"study": study})
+
+
+def _auto_tune_lists(space: SearchSpace) -> SearchSpace:
+    """The space searched over auto_tune.sh's lists; prefix caching fixed on; the scenario's
+    other searched flags left unset (vLLM's defaults)."""
+    params = {
+        "gpu_memory_utilization": ParamSpec(type="categorical", choices=AUTO_TUNE_GMU),
+        "max_num_seqs": ParamSpec(type="categorical", choices=AUTO_TUNE_SEQS),
+        "max_num_batched_tokens": ParamSpec(type="categorical", choices=AUTO_TUNE_BATCHED_TOKENS),
+    }
+    engine = space.engine.model_copy(update={"flags": {**space.engine.flags, "enable_prefix_caching": True}})
+    return space.model_copy(update={"params": params, "engine": engine, "references": []})

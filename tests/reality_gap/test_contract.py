@@ -1,0 +1,101 @@
+"""The reality-gap benchmark's command-line contract, on a small budget (issue 12).
+
+`python -m experiments.reality_gap.run --scenario NAME --truth-seed N --strategy S --json`
+prints one JSON object. Here: the trace-replay scenario under truth 0 (committed, so no brute
+force runs) with 6 trials. Everything is SIMULATED.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments.reality_gap import truth as T
+from experiments.reality_gap.strategies import BASELINES
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIO, SEED, TRIALS = "trace-replay", 0, 6
+
+NUMBER = (int, float)
+KEYS = {
+    "scenario": str, "truth_seed": int, "strategy": str, "exported_flags": (dict, type(None)),
+    "true_p99_s": (*NUMBER, type(None)), "true_main": (*NUMBER, type(None)), "true_best": NUMBER,
+    "regret": (*NUMBER, type(None)), "true_oom_per_1k": (*NUMBER, type(None)), "within_2pct": bool,
+    "gpu_hours": NUMBER, "gpu_hours_to_2pct": (*NUMBER, type(None)), "gpu_hours_to_2pct_stable": (*NUMBER, type(None)),
+    "wrongly_rejected": int, "wasted_launches": int, "warm_start_failed_launches": int, "launched": int,
+}
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "experiments.reality_gap.run", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_the_committed_truths_match_their_scenarios():
+    """A committed truth whose space, grid or profile changed would be brute-forced again
+    (minutes per call): every one must still match its cache key."""
+    dirs = sorted(T.TRUTHS.glob("*/seed-*"))
+    assert dirs, "no committed truth"
+    stale = [str(d.relative_to(T.TRUTHS)) for d in dirs
+             if not T.is_cached(d.parent.name, int(d.name.removeprefix("seed-")))]
+    assert not stale, f"stale truths (rerun experiments.reality_gap.bench --truths-only): {stale}"
+
+
+@pytest.mark.parametrize("strategy", [*BASELINES, "autotune"])
+def test_one_json_object_with_the_contract_keys(strategy):
+    assert T.is_cached(SCENARIO, SEED), "the test needs the committed truth"
+    p = _run("--scenario", SCENARIO, "--truth-seed", str(SEED), "--strategy", strategy, "--trials", str(TRIALS),
+             "--json")
+    assert p.returncode == 0, p.stderr
+    lines = [x for x in p.stdout.splitlines() if x.strip()]
+    assert len(lines) == 1, p.stdout
+    out = json.loads(lines[0])
+    for key, kind in KEYS.items():
+        assert isinstance(out[key], kind), (key, out[key])
+    assert (out["scenario"], out["truth_seed"], out["strategy"], out["trials"]) == (SCENARIO, SEED, strategy, TRIALS)
+    assert "SIMULATED" in out["note"]
+    assert out["launched"] == TRIALS
+
+    # An exported config: its true value and regret against the grid's best, by the same numbers.
+    assert out["exported_flags"] is not None and set(out["exported_flags"]) == set(out["true_best_flags"])
+    assert math.isclose(out["regret"], out["true_main"] / out["true_best"] - 1, rel_tol=1e-9)
+    assert out["within_2pct"] == (out["regret"] <= 0.02 and out["true_oom_per_1k"] <= 1.0)
+
+    # null semantics of GPU-hours to 2 %: a number exactly when some export along the way was
+    # within 2 %, never more than the whole study's; 'stable' needs the final export within.
+    first, stable = out["gpu_hours_to_2pct"], out["gpu_hours_to_2pct_stable"]
+    assert (stable is not None) == out["within_2pct"]
+    if out["within_2pct"]:
+        assert first is not None
+    if first is not None:
+        assert 0 < first <= out["gpu_hours"] + 1e-9
+    if stable is not None:
+        assert first <= stable <= out["gpu_hours"] + 1e-9
+    assert out["wrongly_rejected"] == len(out["wrongly_rejected_trials"])
+    assert out["wasted_launches"] == len(out["wasted_launch_trials"])
+
+
+def test_same_call_same_answer():
+    """Any truth seed can be checked on its own: a call is deterministic."""
+    args = ("--scenario", SCENARIO, "--truth-seed", str(SEED), "--strategy", "tpe", "--trials", "4", "--json")
+    a, b = (json.loads(_run(*args).stdout) for _ in range(2))
+    for k in ("runtime_s",):
+        a.pop(k), b.pop(k)
+    assert a == b
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--scenario", "no-such-space", "--truth-seed", "0", "--strategy", "tpe"], "--scenario 'no-such-space'"),
+    (["--scenario", "tiny-cpu", "--truth-seed", "0", "--strategy", "tpe"], "--scenario 'tiny-cpu'"),
+    (["--scenario", SCENARIO, "--truth-seed", "0", "--strategy", "tpe", "--trials", "0"], "--trials 0"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, needle):
+    p = _run(*args, "--json")
+    assert p.returncode == 2
+    assert p.stdout == ""
+    assert needle in p.stderr and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
