@@ -57,7 +57,9 @@ def headroom(flags: Mapping[str, Any], runs: Sequence[Mapping[str, float]], spac
             dep = resolve_deployment(e.model, e.gpu, flags, e.env)
         except UserError:
             dep = None
-    plan = plan_startup(dep, e.profile) if dep is not None else None
+    # A prediction is autotune's own model's (study.strategy's profile), never engine.sim_profile:
+    # that is the physics a sim backend runs, reality's stand-in, which autotune does not know.
+    plan = plan_startup(dep, space.study.strategy.base_profile) if dep is not None else None
     plan = plan if plan is not None and plan.ok else None
     parts: list[tuple[float, str]] = []
 
