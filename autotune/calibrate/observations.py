@@ -67,7 +67,8 @@ def split(recs: Sequence[TrialRecord], every: int) -> Split:
     first trial, every ``every``-th config held out with all its runs (a config measured
     again by a confirmation run must not be on both sides)."""
     configs: dict[str, int] = {}
-    fit, held = [], []
+    fit: list[TrialRecord] = []
+    held: list[TrialRecord] = []
     for r in launched(recs):
         key = repr(sorted(r.flags.items()))
         index = configs.setdefault(key, len(configs))

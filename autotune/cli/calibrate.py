@@ -65,8 +65,8 @@ def calibrate(
         if s.note:
             typer.echo(f"    {s.note}")
     typer.echo("held-out prediction error (median |predicted / measured - 1|), before (starting profile) -> after:")
-    for e in cal.errors:
-        typer.echo(f"  {e.metric:<16} {e.trials:>3} trials  {100 * e.before:6.2f} % -> {100 * e.after:6.2f} %")
+    for err in cal.errors:
+        typer.echo(f"  {err.metric:<16} {err.trials:>3} trials  {100 * err.before:6.2f} % -> {100 * err.after:6.2f} %")
     if not cal.errors:
         typer.echo("  none: no held-out trial measured a comparable metric")
     typer.echo(f"wrote {profile_path} (autotune simulate --profile {profile_path}, or engine.sim_profile)")

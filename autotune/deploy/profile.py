@@ -94,7 +94,7 @@ class SimProfile:
         PYTHONHASHSEED); ``noise`` is kept. The nominal value is not the range's centre.
         """
         rng = random.Random(f"autotune-sim-profile/{seed}")
-        drawn: dict[str, float] = {}
+        drawn: dict[str, Any] = {}
         for f in constants():
             low, high = f.metadata["range"]
             drawn[f.name] = math.exp(rng.uniform(math.log(low), math.log(high)))

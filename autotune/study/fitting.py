@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -60,7 +61,8 @@ def logs(profile: SimProfile, names: Sequence[str]) -> np.ndarray:
 
 def with_logs(profile: SimProfile, names: Sequence[str], x: np.ndarray) -> SimProfile:
     """``profile`` with ``names`` set to ``exp(x)``."""
-    return replace(profile, **{n: float(math.exp(v)) for n, v in zip(names, x, strict=True)})
+    values: dict[str, Any] = {n: float(math.exp(v)) for n, v in zip(names, x, strict=True)}
+    return replace(profile, **values)
 
 
 @dataclass(frozen=True)

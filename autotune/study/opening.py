@@ -34,6 +34,7 @@ def open_study(space: SearchSpace, name: str, storage: optuna.storages.BaseStora
                                                          sampler=sampler), "create_study")
         created = True
     except optuna.exceptions.DuplicatedStudyError:
+        assert storage is not None  # an in-memory storage holds no study of that name yet
         study = with_retries(lambda: optuna.load_study(study_name=name, storage=storage, sampler=sampler),
                              "load_study")
         created = False

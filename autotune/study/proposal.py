@@ -48,7 +48,7 @@ def server_spec(space: SearchSpace) -> ServerSpec:
     autotune runs in; Ray workers run elsewhere, so they get absolute ones."""
     e = space.engine
     return ServerSpec(
-        model=_local_path_or_id(e.model), gpu=e.gpu, env=dict(e.env), host=e.host,
+        model=_local_path_or_id(e.model) or e.model, gpu=e.gpu, env=dict(e.env), host=e.host,
         download_dir=_local_path_or_id(e.download_dir), startup_timeout_s=e.startup_timeout_s,
         python=_local_path_or_id(e.python),
     )

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 
 import optuna
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.errors import UserError
 from autotune.space import SearchSpace
@@ -16,7 +18,8 @@ class AskTellGridSampler(optuna.samplers.GridSampler):
     on the last grid point). The driver stops by its own trial count instead; asks past the
     end of the grid revisit grid points, as Optuna's GridSampler does."""
 
-    def after_trial(self, study, trial, state, values) -> None:  # type: ignore[no-untyped-def]
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
         return None
 
 

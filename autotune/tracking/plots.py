@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -28,10 +29,11 @@ def pareto_plot(points: Sequence[PlotPoint], names: Sequence[str], path: Path, t
     # drawn, they would squash every real point into a corner.
     not_started = sum(1 for p in points if p.role != "rejected" and not p.started)
     launched = [p for p in points if p.role != "rejected" and p.started and len(p.values) >= 2]
-    for label, pick, style in [
+    series: list[tuple[str, Callable[[PlotPoint], bool], dict[str, Any]]] = [
         ("infeasible", lambda p: not p.feasible, dict(c="#bbbbbb", marker="x")),
         ("feasible", lambda p: p.feasible and not p.pareto, dict(c="#4c72b0", marker="o", alpha=0.6)),
-    ]:
+    ]
+    for label, pick, style in series:
         sel = [p for p in launched if pick(p)]
         if sel:
             ax.scatter([p.values[0] for p in sel], [p.values[1] for p in sel], label=label, **style)

@@ -61,5 +61,6 @@ class TrialWorker:
 
 
 # The default group keeps one thread: run, info and close stay one at a time, as before.
-RemoteTrialWorker = ray.remote(max_restarts=0, max_task_retries=0,
+# (Ray's type stubs omit concurrency_groups, which ray.remote accepts for actors.)
+RemoteTrialWorker = ray.remote(max_restarts=0, max_task_retries=0,  # type: ignore[call-overload]
                                concurrency_groups={PROGRESS_GROUP: 1})(TrialWorker)

@@ -116,7 +116,7 @@ def _synthetic_shape(spec: WorkloadSpec, rng: np.random.Generator) -> _Shape:
         is_long = tail_rng.random(n) < spec.long_tail.fraction
         prompt = np.where(is_long, _draw_lengths(tail_rng, spec.long_tail.prompt_len, n), prompt)
     prompt = prompt + np.where(shares, spec.shared_prefix_len, 0)
-    blocks = [(SYSTEM_PROMPT_BLOCK,) if s else () for s in shares]
+    blocks: list[tuple[int, ...]] = [(SYSTEM_PROMPT_BLOCK,) if s else () for s in shares]
     return _Shape(prompt, output, blocks, spec.shared_prefix_len, token_seeds)
 
 

@@ -458,6 +458,7 @@ class VllmBackend:
                 leftover_status = status
                 leftover_reason = f"not sent: restart {start_no} failed ({rcls.failure_class})"
                 break
+            assert srv.ready_at is not None  # wait_ready succeeded
             self._emit("server_ready", pid=srv.pid, start=start_no, startup_s=srv.ready_at - srv.started_at)
             before = await scrapes.scrape(srv, start_no)
 
