@@ -26,7 +26,7 @@ from typing import Any
 
 from experiments.reality_gap.run import run_case
 from experiments.reality_gap.strategies import BASELINES, STRATEGIES
-from experiments.reality_gap.truth import Truth
+from experiments.reality_gap.truth import Truth, is_cached
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RUNS = RESULTS / "runs.jsonl"
@@ -68,6 +68,8 @@ def main() -> None:
     ap.add_argument("--max-load", type=float, default=3.0, help="above this 1-min load average run one case at a time")
     ap.add_argument("--out", type=Path, default=RUNS)
     ap.add_argument("--truths-only", action="store_true", help="only brute-force (and cache) the truths")
+    ap.add_argument("--cached-only", action="store_true",
+                    help="skip the (scenario, truth) pairs whose brute force is not cached yet (run again later)")
     args = ap.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     done = done_keys(args.out)
@@ -75,6 +77,8 @@ def main() -> None:
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for truth_seed in args.truth_seeds:
             for scenario in args.scenarios:
+                if args.cached_only and not is_cached(scenario, truth_seed):
+                    continue
                 truth = Truth.load(scenario, truth_seed, jobs=_jobs(args.jobs, args.max_load), log=_log)
                 if args.truths_only:
                     continue

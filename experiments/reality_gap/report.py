@@ -191,6 +191,25 @@ def calibration_table(rows: Sequence[dict[str, Any]]) -> list[str]:
     return out
 
 
+def runtimes(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """CPU wall time of one call (truth cached) per scenario and strategy, and of each truth's
+    brute force (from its committed target.json), on this shared 2-core machine."""
+    from experiments.reality_gap.truth import TRUTHS
+
+    strats = strategies_in(rows)
+    out = ["| scenario | brute force of one truth: median / max (truths) | " +
+           " | ".join(f"{s}: median / max" for s in strats) + " |", "|---" * (len(strats) + 2) + "|"]
+    for sc in scenarios_in(rows):
+        bf = [json.loads(p.read_text())["runtime_s"] for p in sorted((TRUTHS / sc).glob("seed-*/target.json"))]
+        cells = [sc, f"{median(bf):.0f} s / {max(bf):.0f} s ({len(bf)})" if bf else "—"]
+        for s in strats:
+            t = [r["runtime_s"]["total"] - r["runtime_s"]["brute_force"] for r in rows
+                 if r["scenario"] == sc and r["strategy"] == s]
+            cells.append(f"{median(t):.0f} s / {max(t):.0f} s" if t else "—")
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
 def plots(rows: Sequence[dict[str, Any]], out: Path) -> None:
     import matplotlib
 
@@ -244,7 +263,8 @@ def main() -> None:
                   *table(rs, known), "", "GPU-hours to 2 % per truth (final export's regret vs the grid's best):", "",
                   *per_case(rows, sc), ""]
     lines += ["## Calibration on the autotune studies' own trials (median held-out error)", "", *calibration_table(rows),
-              ""]
+              "", "## Run times (CPU, shared 2-core machine; a call's time includes calibration where it ran)", "",
+              *runtimes(rows), ""]
     (RESULTS / "results.md").write_text("\n".join(lines) + "\n")
     plots(rows, RESULTS)
     print("\n".join(lines))

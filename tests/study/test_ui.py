@@ -73,8 +73,10 @@ def test_ui_stops_the_servers_whole_process_group(tmp_path: Path, sig: int, code
     assert rc == code
     assert live_processes(pgid) == []
     assert [u for u in links.values() if u.startswith(f"http://127.0.0.1:{port}/#/experiments/")]
-    with socket.socket() as s:  # the port is free again
+    with socket.socket() as s:  # the port is free again: no listener is left (as any server, ignore TIME_WAIT)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", port))
+        s.listen()
     assert list(cwd.iterdir()) == []  # no mlruns/ or mlartifacts/ where it ran
 
 
