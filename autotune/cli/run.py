@@ -34,6 +34,8 @@ def run(
 
     if trials is not None and trials <= 0:
         raise UserError(f"--trials {trials}: must be at least 1")
+    if quiet and progress not in (None, "none"):
+        raise UserError(f"--progress {progress} and --quiet: pass one of them (--quiet is --progress none)")
     if workers is not None and workers <= 0:
         raise UserError(f"--workers {workers}: must be at least 1")
     sp = load_space(space)
