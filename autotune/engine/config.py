@@ -146,3 +146,9 @@ def _specs(*parts: type) -> dict[str, FlagSpec]:
 FLAG_SPECS: dict[str, FlagSpec] = _specs(
     ParallelConfig, CacheConfig, SchedulerConfig, ModelConfig, LoadConfig, CompilationConfig
 )
+
+
+def world_size(flags: Mapping[str, Any]) -> int:
+    """GPUs one engine holds: tensor x pipeline parallel size (vLLM's defaults: 1 each).
+    The one rule for a worker's GPU count, goodput per GPU and a pod's GPU request."""
+    return int(flags.get("tensor_parallel_size") or 1) * int(flags.get("pipeline_parallel_size") or 1)

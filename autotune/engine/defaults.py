@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from autotune.engine.config import FLAG_SPECS
+from autotune.engine.config import FLAG_SPECS, world_size
 from autotune.engine.spec import DeviceClass, PerDevice
 
 GPU_70GB_GIB = 70.0
@@ -46,10 +46,10 @@ def resolve_defaults(flags: Mapping[str, Any], gpu_name: str, gpu_mem_gib: float
     out: dict[str, Any] = {n: s.default for n, s in FLAG_SPECS.items() if s.default_is_static and s.default is not None}
     out.update(given)
     device = device_class(gpu_name, gpu_mem_gib)
-    world_size = out["tensor_parallel_size"] * out["pipeline_parallel_size"]
+    gpus = world_size(out)
     for name, spec in FLAG_SPECS.items():
         if isinstance(spec.default, PerDevice) and name not in given:
-            out[name] = spec.default.value(device, world_size)
+            out[name] = spec.default.value(device, gpus)
     _adjust_batch_defaults(out, given)
     return out
 

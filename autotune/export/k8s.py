@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from autotune.engine.config import world_size
 from autotune.errors import UserError
 from autotune.export.vllm_config import serve_command
 from autotune.security import is_secret_name, mask_url
@@ -75,8 +76,8 @@ def serve_args(model: str, flags: Mapping[str, Any]) -> list[str]:
 
 
 def gpus_per_pod(flags: Mapping[str, Any]) -> int:
-    """GPUs one engine holds: tensor x pipeline parallel size (vLLM's defaults: 1)."""
-    return int(flags.get("tensor_parallel_size") or 1) * int(flags.get("pipeline_parallel_size") or 1)
+    """GPUs one engine holds (a pod's nvidia.com/gpu request)."""
+    return world_size(flags)
 
 
 def _env(env: Mapping[str, str], secret_name: str) -> list[dict[str, Any]]:

@@ -51,6 +51,7 @@ from autotune.backends.vllm.server import (
 )
 from autotune.backends.vllm.weights import prefetch_weights
 from autotune.early_stop import StopTally
+from autotune.engine.config import world_size
 from autotune.loadgen import LoadGenerator, PhaseEnd, RequestOutcome
 from autotune.results import (
     FailureClass,
@@ -208,11 +209,6 @@ def _sent_record(o: RequestOutcome, casualty: RequestStatus | None = None, why: 
         status, e2e, out, error = RequestStatus.ERROR, None, o.output_tokens, f"{o.error_kind}: {o.error}"
     return RequestRecord(o.index, o.send_s, o.ttft_s, e2e, o.prompt_tokens, out, status, error[:300],
                          opts.prompt_logprobs, opts.logprobs, opts.n, o.streamed)
-
-
-def _gpus(flags: dict[str, Any]) -> int:
-    """GPUs one engine holds: tensor x pipeline parallel size (goodput is per GPU)."""
-    return int(flags.get("tensor_parallel_size") or 1) * int(flags.get("pipeline_parallel_size") or 1)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -472,7 +468,7 @@ class VllmBackend:
         gpu_time = sum(s.alive_s() for s in self._trial_starts)
         result = self._result(records, deaths, delta, kv_tokens, startup_s, duration, gpu_time, early_stopped,
                               itl, mismatched, start_no, extra)
-        result.gpus, result.goodput_slo = _gpus(req.flags), spec.goodput_slo
+        result.gpus, result.goodput_slo = world_size(req.flags), spec.goodput_slo
         return result
 
     def _startup_failed(self, req: TrialRequest, srv: ServerProcess, why: str, extra: dict[str, Any]) -> TrialResult:
@@ -481,7 +477,7 @@ class VllmBackend:
         elapsed = (srv.stopped_at or time.monotonic()) - srv.started_at
         res = startup_failure(self.name, cls.failure_class, cls.reason, cls.evidence, req.workload.num_requests,
                               startup_s=elapsed)
-        res.gpus, res.goodput_slo = _gpus(req.flags), req.workload.goodput_slo
+        res.gpus, res.goodput_slo = world_size(req.flags), req.workload.goodput_slo
         extra["exit_code"] = rc
         extra["vllm_non_default_args"] = non_default_args_from_log(lines)
         res.extra.update(extra)
