@@ -13,6 +13,7 @@ from autotune.cli.app import app
 from autotune.deploy import SimProfile, VllmEnv
 from autotune.engine import FLAG_SPECS, unmodelled_flags
 from autotune.errors import UserError
+from autotune.formatting import number
 from autotune.results import TrialResult
 from autotune.space import SearchSpace, load_space, unmodelled_flag_error
 
@@ -80,14 +81,6 @@ def summary(result: TrialResult) -> dict[str, Any]:
     return out
 
 
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "n/a"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
-
-
 @app.command()
 def simulate(
     space: Annotated[Path, typer.Option("--space", help="search-space YAML (engine and workload are used)")],
@@ -123,7 +116,7 @@ def simulate(
     for k in ("kv_cache_tokens", "p50_e2e_s", "p99_e2e_s", "p99_ttft_s", "mean_tpot_s", "oom_per_1k", "crashes",
               "preemptions", "output_tok_per_s", "requests", "peak_mem_gib", "prefix_cache_hit_rate",
               "goodput_rps_per_gpu", "slo_attainment"):
-        typer.echo(f"  {k}: {_fmt(out[k])}")
+        typer.echo(f"  {k}: {number(out[k], 4)}")
     mem = out["mem_gib"]
     if mem:
         typer.echo("  memory per GPU (GiB): " + ", ".join(f"{k} {v:.2f}" for k, v in mem.items()))

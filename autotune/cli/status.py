@@ -16,6 +16,7 @@ from rich.table import Table
 from autotune.cli.app import app
 from autotune.cli.common import find_run_dir, open_study, saved_space
 from autotune.errors import UserError
+from autotune.formatting import number
 from autotune.rundir import RunDir
 from autotune.space import SearchSpace
 from autotune.space.loader import parse_space
@@ -26,13 +27,6 @@ from autotune.study.record import State, TrialRecord, records
 
 def _clean(v: Any) -> Any:
     return None if isinstance(v, float) and math.isnan(v) else v
-
-
-def _num(v: Any, digits: int = 6) -> str:
-    """For people: 0.92, not 0.9199999999999999."""
-    if isinstance(v, float):
-        return "nan" if math.isnan(v) else f"{v:.{digits}g}"
-    return str(v)
 
 
 def _row(r: TrialRecord, searched: list[str], front: set[int]) -> dict[str, Any]:
@@ -97,8 +91,8 @@ def status(
     for col in ["#", "state", "role", *names, "pareto", "flags as run / failure"]:
         table.add_column(col)
     for r in rows:
-        vals = [_num(v, 4) if isinstance(v, float) else "-" for v in (r["values"] or [None] * len(names))]
-        detail = ", ".join(f"{k}={_num(v)}" for k, v in r["params"].items())
+        vals = [number(v, 4) if isinstance(v, float) else "-" for v in (r["values"] or [None] * len(names))]
+        detail = ", ".join(f"{k}={number(v)}" for k, v in r["params"].items())
         if r["failure_reason"]:
             detail += f"  [{r['failure_reason'][:80]}]"
         if r["early_stopped"]:
@@ -130,8 +124,8 @@ def _configs_table(configs: list[ConfigEvidence], metrics: list[str]) -> Table:
         cells = []
         for m in metrics:
             i = c.interval(m)
-            cells.append(f"{_num(i.mean, 4)} [{_num(i.low, 4)}, {_num(i.high, 4)}]" if i.known else _num(i.mean, 4))
+            cells.append(f"{number(i.mean, 4)} [{number(i.low, 4)}, {number(i.high, 4)}]" if i.known else number(i.mean, 4))
         ooms = f"{c.oom.events}/{c.oom.requests}" if c.oom.requests else "?"
-        table.add_row(", ".join(map(str, c.numbers)), str(c.n), *cells, ooms, _num(c.oom.upper_per_1k, 3),
-                      _num(c.headroom.gib, 3))
+        table.add_row(", ".join(map(str, c.numbers)), str(c.n), *cells, ooms, number(c.oom.upper_per_1k, 3),
+                      number(c.headroom.gib, 3))
     return table

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from autotune.formatting import number
 from autotune.study.evidence import ConfigEvidence, StudyEvidence
 from autotune.study.export_rule import LATENCY, SHOWN, Choice
 
@@ -66,10 +67,8 @@ def _spread(study: StudyEvidence, metric: str) -> str:
 
 
 def _fmt(v: float, metric: str) -> str:
-    if math.isnan(v):
-        return "nan"
-    unit = "/s" if metric.endswith("_per_s") else " s" if metric.endswith("_s") else ""
-    return f"{v:.4g}{unit}"
+    unit = "" if math.isnan(v) else "/s" if metric.endswith("_per_s") else " s" if metric.endswith("_s") else ""
+    return number(v, 4) + unit
 
 
 def latency_summary(c: ConfigEvidence) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from autotune.engine.flags import flags_to_cli_args
+from autotune.formatting import number
 
 # Flags that only make sense inside a trial (the benchmark's server), not in deployment.
 _TRIAL_ONLY = {"host", "port"}
@@ -74,4 +75,4 @@ def serve_command(model: str, flags: dict[str, Any]) -> str:
 
 
 def _fmt(v: float) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
+    return number(v, 4)
