@@ -15,6 +15,14 @@ REPO = Path(__file__).resolve().parent.parent
 AUTOTUNE = str(Path(sys.executable).with_name("autotune"))
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test on real vLLM is also ``slow``: ``pytest -m "not slow"`` is the quick loop
+    (a few minutes), ``.ci/run`` runs everything. Other slow modules say so themselves."""
+    for item in items:
+        if item.get_closest_marker("integration"):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A local Ray with 4 logical GPUs (none are real): 2 workers x 2 GPUs, as on A100 pairs."""

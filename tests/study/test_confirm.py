@@ -12,8 +12,6 @@ import hashlib
 import random
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import optuna
 
@@ -27,6 +25,7 @@ from autotune.study.export_rule import DEFAULT_MAX_OOM_PER_1K, finalists
 from autotune.study.opening import open_study
 from autotune.study.record import Role, State, enqueue_attrs, records
 from autotune.study.samplers import make_sampler
+from tests.fakes.pools import InlinePool
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -52,52 +51,14 @@ def _noisy(request: TrialRequest) -> TrialResult:
     return TrialResult(TrialStatus.OK, "inline", records=recs, requests_issued=n, duration_s=base)
 
 
-@dataclass
-class Back:
-    key: Any
-    worker_id: int
-    result: TrialResult | None
-    worker_died: str | None = None
+def two_workers(die: frozenset[int] | set[int] = frozenset(), run: Callable[[TrialRequest], TrialResult] = _noisy) -> InlinePool:
+    """Two workers; ``die`` names trial numbers whose worker dies under them."""
+    return InlinePool(lambda r: "worker 0 died: killed" if r.trial_number in die else run(r), size=2)
 
 
-@dataclass
-class Pool:
-    """Runs a trial when submitted; ``die`` names trial numbers whose worker dies under them."""
-
-    run: Callable[[TrialRequest], TrialResult] = _noisy
-    size: int = 2
-    die: set[int] = field(default_factory=set)
-    requests: list[TrialRequest] = field(default_factory=list)
-    _out: list[Back] = field(default_factory=list)
-
-    def start(self) -> None:
-        pass
-
-    def idle_workers(self) -> list[int]:
-        busy = {b.worker_id for b in self._out}
-        return [w for w in range(self.size) if w not in busy]
-
-    @property
-    def running(self) -> int:
-        return len(self._out)
-
-    def submit(self, worker_id: int, key: Any, request: TrialRequest) -> None:
-        self.requests.append(request)
-        if request.trial_number in self.die:
-            self._out.append(Back(key, worker_id, None, "worker 0 died: killed"))
-        else:
-            self._out.append(Back(key, worker_id, self.run(request)))
-
-    def wait(self, timeout: float | None = None) -> list[Back]:
-        return [self._out.pop(0)] if self._out else []
-
-    def shutdown(self) -> None:
-        self._out.clear()
-
-
-def _run(space: SearchSpace, target: int, pool: Pool | None = None, study: optuna.Study | None = None) -> optuna.Study:
+def _run(space: SearchSpace, target: int, pool: InlinePool | None = None, study: optuna.Study | None = None) -> optuna.Study:
     study = study or open_study(space, "t", None, make_sampler("random", space, 0)).study
-    TrialLoop(study, space, pool or Pool(), target=target, seed=0).run()
+    TrialLoop(study, space, pool or two_workers(), target=target, seed=0).run()
     return study
 
 
@@ -109,7 +70,7 @@ def _expected_finalists(study: optuna.Study, space: SearchSpace) -> list[int]:
 
 def test_the_last_trials_repeat_the_finalists_with_fresh_seeds_and_no_early_stop():
     space = _space()  # defaults: 3 finalists x 2 repeats out of the 12 trials
-    pool = Pool()
+    pool = two_workers()
     study = _run(space, 12, pool)
     recs = records(study.trials)
     assert [r.state for r in recs] == [State.COMPLETE] * 12
@@ -147,7 +108,7 @@ def test_fewer_configs_than_finalists_share_the_confirmation_budget():
 
 def test_a_worker_dying_under_a_repeat_reruns_that_repeat_once():
     space = _space()
-    pool = Pool(die={7})
+    pool = two_workers(die={7})
     study = _run(space, 12, pool)
     recs = records(study.trials)
     failed = [r for r in recs if r.state == State.FAILED]

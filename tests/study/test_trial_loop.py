@@ -8,8 +8,6 @@ same on a simulated clock).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
@@ -27,6 +25,7 @@ from autotune.study.proposal import server_spec
 from autotune.study.record import Role, State, TrialRecord
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import open_storage
+from tests.fakes.pools import InlinePool
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -43,46 +42,6 @@ def _space(objectives: list[dict] | None = None, **study: Any) -> SearchSpace:
         "study": {"sampler": "random", "strategy": {"prune_startup_failures": False, "warm_start": False,
                                                     "early_stop": False}, **study},
     })
-
-
-@dataclass
-class Back:
-    key: Any
-    worker_id: int
-    result: TrialResult | None
-    worker_died: str | None = None
-
-
-@dataclass
-class InlinePool:
-    """Runs a trial when it is submitted; ``wait`` hands results back in submit order."""
-
-    run: Callable[[TrialRequest], TrialResult | str]  # a str: the worker died with that reason
-    size: int = 1
-    requests: list[TrialRequest] = field(default_factory=list)
-    _out: list[Back] = field(default_factory=list)
-
-    def start(self) -> None:
-        pass
-
-    def idle_workers(self) -> list[int]:
-        busy = {b.worker_id for b in self._out}
-        return [w for w in range(self.size) if w not in busy]
-
-    @property
-    def running(self) -> int:
-        return len(self._out)
-
-    def submit(self, worker_id: int, key: Any, request: TrialRequest) -> None:
-        self.requests.append(request)
-        r = self.run(request)
-        self._out.append(Back(key, worker_id, None, r) if isinstance(r, str) else Back(key, worker_id, r))
-
-    def wait(self, timeout: float | None = None) -> list[Back]:
-        return [self._out.pop(0)] if self._out else []
-
-    def shutdown(self) -> None:
-        self._out.clear()
 
 
 class Recorder(Callback):
