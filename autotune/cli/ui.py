@@ -103,6 +103,8 @@ def ui(
     proc = subprocess.Popen(ui_command(run_dir.mlflow_url, host, port, run_dir.mlflow_artifacts),
                             env=server_env(), start_new_session=True)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    # Ctrl-C stops the server even where SIGINT was inherited as ignored (a shell's background job).
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     code = 0
     try:
         if _wait_ready(proc, base) or proc.poll() is None:
@@ -119,6 +121,7 @@ def ui(
     finally:
         stop_group(proc)
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
     raise typer.Exit(code)
 
 
