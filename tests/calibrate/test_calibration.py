@@ -21,6 +21,8 @@ from autotune.errors import UserError
 from autotune.study.record import State, TrialRecord
 from tests.calibrate.conftest import qwen_space, run_against
 
+pytestmark = pytest.mark.slow  # servers, clusters or long simulations: not in the quick loop
+
 TRUTH = NOMINAL.perturbed(1)
 
 

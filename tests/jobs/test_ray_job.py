@@ -34,6 +34,8 @@ import yaml
 
 from tests.conftest import AUTOTUNE, sqlite_study_ready
 
+pytestmark = pytest.mark.slow  # servers, clusters or long simulations: not in the quick loop
+
 RAY = str(Path(sys.executable).with_name("ray"))  # the venv's, not resolved: its bin/python is a symlink
 DATA = Path(__file__).resolve().parents[1] / "data"
 PLANTED = "hf_planted_secret_value"  # sim_small.yaml's engine.env HF_TOKEN

@@ -19,6 +19,8 @@ import yaml
 
 from tests.conftest import AUTOTUNE, run_cli
 
+pytestmark = pytest.mark.slow  # servers, clusters or long simulations: not in the quick loop
+
 
 def _space(tmp_path: Path, name: str) -> Path:
     data = {

@@ -18,6 +18,8 @@ import pytest
 from experiments.reality_gap import truth as T
 from experiments.reality_gap.strategies import BASELINES
 
+pytestmark = pytest.mark.slow  # servers, clusters or long simulations: not in the quick loop
+
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO, SEED, TRIALS = "trace-replay", 0, 6
 

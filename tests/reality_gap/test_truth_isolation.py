@@ -21,6 +21,8 @@ from experiments.reality_gap.strategies import variant
 from experiments.reality_gap.study import build
 from experiments.reality_gap.truth import scenario_space, truth_profile
 
+pytestmark = pytest.mark.slow  # servers, clusters or long simulations: not in the quick loop
+
 SCENARIO = "trace-replay"
 
 

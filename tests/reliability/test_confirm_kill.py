@@ -13,6 +13,7 @@ import subprocess
 import time
 from collections import Counter
 
+import pytest
 from optuna.trial import TrialState
 
 from tests.reliability.conftest import (
@@ -24,6 +25,8 @@ from tests.reliability.conftest import (
     run_cmd,
     write_space,
 )
+
+pytestmark = pytest.mark.slow  # servers, clusters or long simulations: not in the quick loop
 
 TARGET = 8
 

@@ -30,6 +30,8 @@ from tests.reliability.conftest import (
     write_space,
 )
 
+pytestmark = pytest.mark.slow  # servers, clusters or long simulations: not in the quick loop
+
 SEED = 20240611
 KILLS = 10
 # Large enough that 10 kills (each after ~2 completions or a few seconds) land before the end.

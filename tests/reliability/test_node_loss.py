@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from optuna.trial import TrialState
 
 from tests.reliability.conftest import (
@@ -29,6 +30,8 @@ from tests.reliability.conftest import (
     run_cmd,
     write_space,
 )
+
+pytestmark = pytest.mark.slow  # servers, clusters or long simulations: not in the quick loop
 
 HELPER = Path(__file__).with_name("two_node_cluster.py")
 

@@ -31,7 +31,7 @@ from tests.reliability.conftest import (
     write_space,
 )
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
 def test_storage_on_postgres_round_trips(pg_url):

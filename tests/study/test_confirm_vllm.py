@@ -22,7 +22,7 @@ from autotune.study.opening import open_study
 from autotune.study.record import Role, State, records
 from autotune.study.samplers import make_sampler
 from tests.fakes.helpers import SHIM, fake_starts
-from tests.study.test_confirm import Pool
+from tests.fakes.pools import InlinePool
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -42,7 +42,7 @@ def test_confirmation_restarts_the_vllm_server_for_each_repeat(tmp_path):
     backend = VllmBackend(hang_timeout_s=10.0, stop_grace_s=5.0, watch_interval_s=0.2, metrics_interval_s=0.2)
     study = open_study(space, "v", None, make_sampler("random", space, 0)).study
     try:
-        TrialLoop(study, space, Pool(run=backend.run_trial, size=1), target=4, seed=0).run()
+        TrialLoop(study, space, InlinePool(backend.run_trial, size=1), target=4, seed=0).run()
     finally:
         backend.close()
     recs = records(study.trials)

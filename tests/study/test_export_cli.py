@@ -20,7 +20,7 @@ from autotune.study.opening import open_study
 from autotune.study.samplers import make_sampler
 from autotune.study.storage import open_storage
 from tests.conftest import REPO, run_cli
-from tests.study.test_confirm import Pool
+from tests.study.test_confirm import two_workers
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -35,7 +35,7 @@ def _confirmed_run_dir(tmp_path) -> RunDir:
     rd = RunDir(tmp_path / "run").ensure()
     rd.space_copy.write_text(yaml.safe_dump(space.model_dump(mode="json"), sort_keys=False))
     study = open_study(space, "cli", open_storage(rd.optuna_url), make_sampler("autotune", space, 1)).study
-    TrialLoop(study, space, Pool(run=SimBackend().run_trial), target=12, seed=1).run()
+    TrialLoop(study, space, two_workers(run=SimBackend().run_trial), target=12, seed=1).run()
     return rd
 
 

@@ -9,10 +9,13 @@ import time
 from pathlib import Path
 
 import optuna
+import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from tests.conftest import AUTOTUNE, sqlite_study_ready
+
+pytestmark = pytest.mark.slow  # servers, clusters or long simulations: not in the quick loop
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -19,6 +19,8 @@ from autotune.tracking.mlflow_tracker import MlflowTracker, TrialLog
 from tests.conftest import run_cli
 from tests.ui.ui_process import free_port, live_processes, start_ui
 
+pytestmark = pytest.mark.slow  # servers, clusters or long simulations: not in the quick loop
+
 
 def _store(run_dir: Path, study: str = "ui-study") -> str:
     """A run directory as `autotune run` leaves it: the space copy and an MLflow store."""

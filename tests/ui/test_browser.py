@@ -10,10 +10,13 @@ from __future__ import annotations
 import time
 
 import optuna
+import pytest
 from mlflow.tracking import MlflowClient
 
 from autotune.space import load_space
 from tests.ui.conftest import DATA
+
+pytestmark = pytest.mark.slow  # servers, clusters or long simulations: not in the quick loop
 
 # Playwright passes --no-sandbox itself (root in CI); the rest keeps Chromium off the network.
 ARGS = ["--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking", "--disable-component-update",
