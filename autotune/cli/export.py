@@ -11,12 +11,12 @@ import typer
 from autotune.cli.app import app
 from autotune.cli.common import find_run_dir, open_study, saved_space
 from autotune.errors import UserError
-from autotune.export.header import evidence_lines, latency_summary, oom_line
+from autotune.export.header import evidence_lines, oom_line, ranked_summary
 from autotune.export.k8s import VLLM_IMAGE, k8s_manifests
 from autotune.export.vllm_config import header, serve_command, write_atomic, write_config
 from autotune.space.loader import parse_space
 from autotune.study.evidence import SHOWN_METRICS
-from autotune.study.export_rule import DEFAULT_MAX_OOM_PER_1K, SHOWN, choose, study_evidence
+from autotune.study.export_rule import DEFAULT_MAX_OOM_PER_1K, SHOWN, Ranking, choose, study_evidence
 
 FORMATS = ("vllm", "k8s")
 DEFAULT_FILE = {"vllm": "vllm_config.yaml", "k8s": "k8s.yaml"}
@@ -51,7 +51,8 @@ def export(
     st = open_study(run_dir, study, storage)
     evidence = study_evidence(st, space)
     margin = space.export.min_headroom_gib
-    choice = choose(evidence.configs, max_oom_per_1k, margin)
+    rank = Ranking.for_space(space)
+    choice = choose(evidence.configs, max_oom_per_1k, margin, rank=rank)
     if choice is None:
         raise UserError(f"study {st.study_name}: no feasible completed trial to export yet; run more trials")
     c = choice.config
@@ -66,7 +67,7 @@ def export(
     else:
         write_config(path, space.engine.model, c.flags, head)
     typer.echo(f"trial {choice.trial.number}: {choice.rule}")
-    typer.echo(f"  {latency_summary(c)}")
+    typer.echo(f"  {ranked_summary(c, rank.metric)}")
     typer.echo(f"  {oom_line(c, max_oom_per_1k, choice.tier == SHOWN)}")
     for note in choice.notes:
         typer.echo(f"  note: {note}")

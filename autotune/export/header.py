@@ -71,9 +71,9 @@ def _fmt(v: float, metric: str) -> str:
     return number(v, 4) + unit
 
 
-def latency_summary(c: ConfigEvidence) -> str:
-    """p99 in one phrase, for the command's output."""
-    i = c.interval(LATENCY)
+def ranked_summary(c: ConfigEvidence, metric: str = LATENCY) -> str:
+    """The metric the export ranked by, in one phrase, for the command's output."""
+    i = c.interval(metric)
     if not i.known:
-        return f"p99_e2e_s {_fmt(i.mean, LATENCY)} (one run)"
-    return f"p99_e2e_s {_fmt(i.mean, LATENCY)} (95 % interval {_fmt(i.low, LATENCY)} to {_fmt(i.high, LATENCY)}, {c.n} runs)"
+        return f"{metric} {_fmt(i.mean, metric)} (one run)"
+    return f"{metric} {_fmt(i.mean, metric)} (95 % interval {_fmt(i.low, metric)} to {_fmt(i.high, metric)}, {c.n} runs)"

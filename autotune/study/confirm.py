@@ -29,7 +29,7 @@ from enum import StrEnum
 from autotune.space import SearchSpace
 from autotune.space.schema import ConfirmSection
 from autotune.study.evidence import summarize
-from autotune.study.export_rule import DEFAULT_MAX_OOM_PER_1K, finalists
+from autotune.study.export_rule import DEFAULT_MAX_OOM_PER_1K, Ranking, finalists
 from autotune.study.record import Role, State, TrialRecord
 
 
@@ -73,7 +73,7 @@ def next_step(recs: Sequence[TrialRecord], space: SearchSpace, target: int) -> S
     if running:
         return Step(Kind.WAIT)  # the finalists are chosen from every search result
     final = finalists(summarize(search, space).configs, space.study.confirm.finalists, DEFAULT_MAX_OOM_PER_1K,
-                      space.export.min_headroom_gib)
+                      space.export.min_headroom_gib, Ranking.for_space(space))
     if not final:  # nothing served: the budget goes back to the search
         return Step(Kind.SEARCH if done < target else Kind.DONE)
     confirms = [r for r in recs if r.role == Role.CONFIRM]

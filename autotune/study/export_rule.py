@@ -10,13 +10,15 @@
    only they compete. The others lost to them on the search's single measurements already,
    and the best of many single measurements is the luckiest as much as the best (the
    winner's curse), which no interval of one run accounts for.
-   Latency: among them, the lowest upper end of the 95 % interval of p99_e2e_s (with the
-   pooled run-to-run spread, so among configs run equally often this is the lowest mean, and
-   a config run fewer times pays for its wider interval). With no config measured twice
-   there is no interval; the measured p99 ranks.
+   Rank: among them, by the space's first objective other than OOMs (:class:`Ranking`;
+   p99_e2e_s when there is none), at the pessimistic end of its 95 % interval: the lowest
+   upper end for a latency, the highest lower end for goodput or throughput (with the pooled
+   run-to-run spread, so among configs run equally often this is the best mean, and a
+   config run fewer times pays for its wider interval). With no config measured twice there
+   is no interval; the measured value ranks.
 4. Margin: a config whose memory headroom per GPU is below ``export.min_headroom_gib`` is
-   passed over while a config with that margin has a mean p99 within the interval of the
-   best one.
+   passed over while a config with that margin has a mean within the interval of the best
+   one.
 
 Ties fall to the lower trial number. The same rule, applied again to what is left (and
 without step 3's preference), names the finalists confirmation measures again (:func:`finalists`).
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 import optuna
 
 from autotune.space import SearchSpace
-from autotune.study.evidence import ConfigEvidence, StudyEvidence, summarize
+from autotune.study.evidence import OOM_METRIC, ConfigEvidence, StudyEvidence, summarize
 from autotune.study.record import TrialRecord, records
 
 LATENCY = "p99_e2e_s"
@@ -54,26 +56,55 @@ class Choice:
         return self.config.first
 
 
+@dataclass(frozen=True)
+class Ranking:
+    """What the export ranks configs by once OOMs are settled: the space's first objective
+    other than ``oom_per_1k``, in its direction (a goodput study must not deploy the
+    lowest-latency config); p99_e2e_s when the objectives name no other metric."""
+
+    metric: str = LATENCY
+    maximize: bool = False
+
+    @classmethod
+    def for_space(cls, space: SearchSpace) -> Ranking:
+        for o in space.objectives:
+            if o.metric != OOM_METRIC:
+                return cls(o.metric, o.direction == "maximize")
+        return cls()
+
+    def cost(self, c: ConfigEvidence) -> float:
+        """The pessimistic end of the metric's 95 % interval, as a cost (lower is better)."""
+        i = c.interval(self.metric)
+        end = i.low if self.maximize else i.high
+        return math.inf if math.isnan(end) else (-end if self.maximize else end)
+
+    def mean_within(self, c: ConfigEvidence, best: ConfigEvidence) -> bool:
+        """Whether ``c``'s mean is as good as ``best``'s pessimistic end."""
+        m = c.interval(self.metric).mean
+        return (-m if self.maximize else m) <= self.cost(best)
+
+    @property
+    def words(self) -> str:
+        return f"highest {self.metric} lower bound" if self.maximize else f"lowest {self.metric} upper bound"
+
+
+P99 = Ranking()
+
+
 def tier(c: ConfigEvidence, limit: float) -> int:
     if c.oom.shown_within(limit):
         return SHOWN
     return MEASURED if c.oom.rate_per_1k <= limit else OVER
 
 
-def latency_bound(c: ConfigEvidence) -> float:
-    """The upper end of p99's 95 % interval (the measured value when there is no interval)."""
-    i = c.interval(LATENCY)
-    return math.inf if math.isnan(i.high) else i.high
-
-
-def _order(c: ConfigEvidence, t: int) -> tuple[float, float, int]:
+def _order(c: ConfigEvidence, t: int, rank: Ranking) -> tuple[float, float, int]:
     if t == OVER:
-        return c.oom.rate_per_1k, latency_bound(c), c.first.number
-    return latency_bound(c), c.oom.rate_per_1k, c.first.number
+        return c.oom.rate_per_1k, rank.cost(c), c.first.number
+    return rank.cost(c), c.oom.rate_per_1k, c.first.number
 
 
 def choose(configs: Sequence[ConfigEvidence], max_oom_per_1k: float, min_headroom_gib: float,
-           confirmed_first: bool = True) -> Choice | None:
+           confirmed_first: bool = True, rank: Ranking = P99) -> Choice | None:
     """The export rule over ``configs`` (steps 2-4 of the module's docstring)."""
     usable = [c for c in configs if c.usable]
     if not usable:
@@ -81,13 +112,13 @@ def choose(configs: Sequence[ConfigEvidence], max_oom_per_1k: float, min_headroo
     best_tier = min(tier(c, max_oom_per_1k) for c in usable)
     pool = [c for c in usable if tier(c, max_oom_per_1k) == best_tier]
     confirmed = confirmed_first and any(c.confirmed for c in pool)
-    pool = sorted((c for c in pool if c.confirmed or not confirmed), key=lambda c: _order(c, best_tier))
+    pool = sorted((c for c in pool if c.confirmed or not confirmed), key=lambda c: _order(c, best_tier, rank))
     best = pool[0]
     lim = f"{max_oom_per_1k:g}"
     among = "confirmed configs" if confirmed else "configs"
     rule = {
-        SHOWN: f"lowest p99_e2e_s upper bound among {among} shown (95 %) to have oom_per_1k <= {lim}",
-        MEASURED: f"lowest p99_e2e_s upper bound among {among} measured with oom_per_1k <= {lim} "
+        SHOWN: f"{rank.words} among {among} shown (95 %) to have oom_per_1k <= {lim}",
+        MEASURED: f"{rank.words} among {among} measured with oom_per_1k <= {lim} "
                   "(none is shown within it with 95 % confidence)",
         OVER: f"no config has oom_per_1k <= {lim}: lowest oom_per_1k",
     }[best_tier]
@@ -95,20 +126,20 @@ def choose(configs: Sequence[ConfigEvidence], max_oom_per_1k: float, min_headroo
     chosen = best
     if best.headroom.below(min_headroom_gib):
         within = [c for c in pool if c.headroom.known and not c.headroom.below(min_headroom_gib)
-                  and c.interval(LATENCY).mean <= latency_bound(best)]
+                  and rank.mean_within(c, best)]
         if within:
             chosen = within[0]
             notes.append(f"trial {best.first.number}'s config ranked first but has {best.headroom.gib:.2f} GiB of "
                          f"headroom per GPU, below the {min_headroom_gib:g} GiB margin; this config has the margin "
-                         "and its mean p99_e2e_s is within the first's 95 % interval")
+                         f"and its mean {rank.metric} is within the first's 95 % interval")
         else:
             notes.append(f"headroom {best.headroom.gib:.2f} GiB per GPU is below the {min_headroom_gib:g} GiB margin, "
-                         "and no config with the margin is within this one's 95 % interval of p99_e2e_s")
+                         f"and no config with the margin is within this one's 95 % interval of {rank.metric}")
     return Choice(chosen, rule, best_tier, notes)
 
 
 def finalists(configs: Sequence[ConfigEvidence], k: int, max_oom_per_1k: float = DEFAULT_MAX_OOM_PER_1K,
-              min_headroom_gib: float = 0.0) -> list[ConfigEvidence]:
+              min_headroom_gib: float = 0.0, rank: Ranking = P99) -> list[ConfigEvidence]:
     """The ``k`` configs the export rule would pick one after another: what confirmation
     measures again. When none of them has the headroom margin and a config that has it
     could be picked too (same OOM tier), the best such one takes the last place, so the
@@ -116,7 +147,7 @@ def finalists(configs: Sequence[ConfigEvidence], k: int, max_oom_per_1k: float =
     left = list(configs)
     out: list[ConfigEvidence] = []
     while len(out) < k:
-        c = choose(left, max_oom_per_1k, min_headroom_gib, confirmed_first=False)
+        c = choose(left, max_oom_per_1k, min_headroom_gib, confirmed_first=False, rank=rank)
         if c is None:
             break
         out.append(c.config)
@@ -125,7 +156,7 @@ def finalists(configs: Sequence[ConfigEvidence], k: int, max_oom_per_1k: float =
         top = tier(out[0], max_oom_per_1k)
         spare = [c for c in left if c.usable and _has_margin(c, min_headroom_gib) and tier(c, max_oom_per_1k) == top]
         if spare:
-            out[-1] = min(spare, key=lambda c: _order(c, top))
+            out[-1] = min(spare, key=lambda c: _order(c, top, rank))
     return out
 
 
@@ -139,4 +170,5 @@ def study_evidence(study: optuna.Study, space: SearchSpace) -> StudyEvidence:
 
 def choose_for_export(study: optuna.Study, space: SearchSpace, max_oom_per_1k: float) -> Choice | None:
     """The documented export rule on a stored study, with the space's margin."""
-    return choose(study_evidence(study, space).configs, max_oom_per_1k, space.export.min_headroom_gib)
+    return choose(study_evidence(study, space).configs, max_oom_per_1k, space.export.min_headroom_gib,
+                  rank=Ranking.for_space(space))

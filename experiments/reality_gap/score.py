@@ -29,7 +29,7 @@ from typing import Any
 
 from autotune.space import SearchSpace
 from autotune.study.evidence import ConfigEvidence, config_key, summarize
-from autotune.study.export_rule import choose
+from autotune.study.export_rule import Ranking, choose
 from autotune.study.record import Role, State, TrialRecord
 from experiments.reality_gap.truth import OOM_LIMIT
 from experiments.search.harness import Dispatch
@@ -61,7 +61,8 @@ def gpu_hours_by(t: float, timed: Sequence[Timed], gpus: int) -> float:
 
 def export_choice(recs: Sequence[TrialRecord], space: SearchSpace) -> ConfigEvidence | None:
     """The config autotune's export rule picks from ``recs`` (``choose_for_export``'s rule)."""
-    choice = choose(summarize(recs, space).configs, OOM_LIMIT, space.export.min_headroom_gib)
+    choice = choose(summarize(recs, space).configs, OOM_LIMIT, space.export.min_headroom_gib,
+                    rank=Ranking.for_space(space))
     return None if choice is None else choice.config
 
 

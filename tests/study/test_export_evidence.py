@@ -27,10 +27,10 @@ EDGE, MARGIN, ROOMY = (0.90, "auto"), (0.92, "auto"), (0.95, "fp8")
 
 
 def _add(study: optuna.Study, cfg: tuple[float, str], p99: float, ooms: int = 0, requests: int = 1000,
-         role: Role = Role.SEARCH, repeat_of: int | None = None) -> int:
+         role: Role = Role.SEARCH, repeat_of: int | None = None, extra: dict[str, float] | None = None) -> int:
     params = {"gpu_memory_utilization": cfg[0], "kv_cache_dtype": cfg[1]}
     metrics = {"requests": float(requests), "requests_oom": float(ooms), "oom_per_1k": 1000.0 * ooms / requests,
-               "p99_e2e_s": p99}
+               "p99_e2e_s": p99, **(extra or {})}
     r = TrialRecord(len(study.trials), State.COMPLETE, role, params=params, flags={**SPACE.fixed_flags(), **params},
                     metrics=metrics, values=[metrics["oom_per_1k"], p99], repeat_of=repeat_of,
                     constraints={"startup_ok": -1.0, "serving_ok": -1.0})
@@ -130,3 +130,19 @@ def test_finalists_are_the_rules_picks_in_order_and_include_one_with_margin():
     configs = summarize(records(study.trials), SPACE).configs
     assert [c.first.number for c in finalists(configs, 3)] == [e1, e2, e3]  # no margin required
     assert [c.first.number for c in finalists(configs, 3, min_headroom_gib=1.0)] == [e1, e2, roomy]
+
+
+
+def test_a_goodput_study_exports_the_highest_goodput_not_the_lowest_latency():
+    """The rule ranks by the space's own objective (after OOMs), in its direction."""
+    data = with_setting(SPACE.model_dump(), "objectives", [{"metric": "goodput_rps_per_gpu", "direction": "maximize"},
+                                                            {"metric": "oom_per_1k"}])
+    space = SPACE.model_validate(with_setting(data, "workload.goodput_slo", {"ttft_s": 10.0, "tpot_s": 0.2}))
+    study = _study()
+    fast = _add(study, ROOMY, 20.0, extra={"goodput_rps_per_gpu": 3.0})
+    busy = _add(study, (0.94, "fp8"), 40.0, extra={"goodput_rps_per_gpu": 5.0})
+    choice = choose_for_export(study, space, 1.0)
+    assert choice is not None and choice.trial.number == busy
+    assert choice.rule.startswith("highest goodput_rps_per_gpu lower bound")
+    # The same trials in the flagship space (objectives OOMs, p99): the lowest p99.
+    assert choose_for_export(study, SPACE, 1.0).trial.number == fast
