@@ -56,7 +56,8 @@ def export(
     if choice is None:
         raise UserError(f"study {st.study_name}: no feasible completed trial to export yet; run more trials")
     c = choice.config
-    shown = {"oom_per_1k": c.oom.rate_per_1k, **{m: c.interval(m).mean for m in SHOWN_METRICS if m in c.intervals}}
+    shown = {"oom_per_1k": c.oom.rate_per_1k,
+             **{m: c.interval(m).mean for m in dict.fromkeys([rank.metric, *SHOWN_METRICS]) if m in c.intervals}}
     path = output or run_dir.root / DEFAULT_FILE[format_]
     head = header(st.study_name, choice.trial.number, space.engine.backend, shown, choice.rule,
                   evidence_lines(choice, evidence, max_oom_per_1k, margin))
