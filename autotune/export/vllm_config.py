@@ -49,7 +49,7 @@ def header(study: str, trial: int, backend: str, metrics: dict[str, float], rule
         + ("   (SIMULATED figures, not a GPU measurement)" if backend == "sim" else ""),
         f"# exported: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"# chosen by: {rule}",
-        "# measured: " + ", ".join(f"{k}={_fmt(v)}" for k, v in metrics.items()),
+        "# measured: " + ", ".join(f"{k}={number(v, 4)}" for k, v in metrics.items()),
         *(f"# {line}" for line in evidence),
         "# deploy: vllm serve --config <this file>",
     ]
@@ -72,7 +72,3 @@ def write_atomic(path: Path, text: str) -> str:
 def serve_command(model: str, flags: dict[str, Any]) -> str:
     clean = {k: v for k, v in flags.items() if k not in _TRIAL_ONLY}
     return shlex.join(["vllm", "serve", model, *flags_to_cli_args(dict(sorted(clean.items())))])
-
-
-def _fmt(v: float) -> str:
-    return number(v, 4)
