@@ -4,12 +4,13 @@
         [--scenarios A B] [--truth-seeds 0-9] [--strategies random tpe grid autotune ...]
 
 For each (truth seed, scenario) the truth's brute force comes first (cached, truth.py: the
-committed ones are read, others are computed with ``--jobs`` processes), then its cases run
-in ``--jobs`` worker processes, each the same call as ``run.py`` (``--calibrate`` for the
-strategies in ``--calibrate-strategies``). Every finished case is appended to
+committed ones are read, others are computed, one process each), then its cases, each the
+same call as ``run.py`` (``--calibrate`` for the strategies in ``--calibrate-strategies``).
+``--jobs`` worker processes share both kinds of task: a ready truth's cases go first, and a
+worker with no case to run brute-forces the next truth. Every finished case is appended to
 results/runs.jsonl at once, and a case already there is not run again, so a killed grid
 resumes where it stopped. The machine is shared: while the 1-minute load average is above
-``--max-load``, only one case runs at a time. ``report.py`` turns runs.jsonl into tables
+``--max-load``, only one task runs at a time. ``report.py`` turns runs.jsonl into tables
 and plots.
 """
 
@@ -20,13 +21,14 @@ import json
 import os
 import sys
 import time
+from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
 from experiments.reality_gap.run import run_case
 from experiments.reality_gap.strategies import BASELINES, STRATEGIES
-from experiments.reality_gap.truth import Truth, is_cached
+from experiments.reality_gap.truth import Truth, is_cached, scenario_space
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RUNS = RESULTS / "runs.jsonl"
@@ -58,6 +60,12 @@ def _case(args: tuple[str, int, str, bool]) -> dict[str, Any]:
     return run_case(scenario, truth_seed, strategy, calibrate=calibrate)
 
 
+def _truth(args: tuple[str, int]) -> tuple[str, int]:
+    """Brute-force one truth (one process: the other workers run cases or other truths)."""
+    Truth.load(*args, jobs=1, log=_log)
+    return args
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS))
@@ -65,47 +73,68 @@ def main() -> None:
     ap.add_argument("--strategies", nargs="+", default=[*BASELINES, "autotune"], choices=STRATEGIES)
     ap.add_argument("--calibrate-strategies", nargs="*", default=["autotune"], choices=STRATEGIES)
     ap.add_argument("--jobs", type=int, default=1)
-    ap.add_argument("--max-load", type=float, default=3.0, help="above this 1-min load average run one case at a time")
+    ap.add_argument("--max-load", type=float, default=3.0, help="above this 1-min load average run one task at a time")
     ap.add_argument("--out", type=Path, default=RUNS)
     ap.add_argument("--truths-only", action="store_true", help="only brute-force (and cache) the truths")
     ap.add_argument("--cached-only", action="store_true",
                     help="skip the (scenario, truth) pairs whose brute force is not cached yet (run again later)")
     args = ap.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    done = done_keys(args.out)
-    t0 = time.time()
+    truths = [(sc, s) for s in args.truth_seeds for sc in args.scenarios
+              if not (args.cached_only and not is_cached(sc, s))]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for truth_seed in args.truth_seeds:
-            for scenario in args.scenarios:
-                if args.cached_only and not is_cached(scenario, truth_seed):
+        Pipeline(pool, args, done_keys(args.out)).run(truths)
+
+
+class Pipeline:
+    """Keeps ``--jobs`` workers busy: a truth's cases are queued as soon as its brute force is
+    cached, ahead of the next truth, and a worker with no case to run brute-forces the next
+    truth meanwhile (a long autotune case does not leave the other workers idle)."""
+
+    def __init__(self, pool: ProcessPoolExecutor, args: argparse.Namespace, done: set[tuple]) -> None:
+        self.pool, self.args, self.done = pool, args, done
+        self.cases: deque[tuple[str, int, str, bool]] = deque()
+        self.running: dict[Future, str] = {}
+        self.t0 = time.time()
+
+    def run(self, truths: list[tuple[str, int]]) -> None:
+        pending = deque(truths)
+        while pending or self.cases or self.running:
+            while len(self.running) < _jobs(self.args.jobs, self.args.max_load) and (self.cases or pending):
+                if self.cases:
+                    self.running[self.pool.submit(_case, self.cases.popleft())] = "case"
                     continue
-                truth = Truth.load(scenario, truth_seed, jobs=_jobs(args.jobs, args.max_load), log=_log)
-                if args.truths_only:
-                    continue
-                space_trials = truth.space.study.trials
-                todo = [(scenario, truth_seed, s, s in args.calibrate_strategies) for s in args.strategies
-                        if (scenario, truth_seed, s, truth_seed, space_trials) not in done]
-                _run_all(pool, todo, args.jobs, args.max_load, args.out, t0)
+                sc, seed = pending.popleft()
+                if is_cached(sc, seed):
+                    _log(f"{sc}: truth {seed} cached")
+                    self.queue_cases(sc, seed)
+                else:
+                    self.running[self.pool.submit(_truth, (sc, seed))] = "truth"
+            finished, _ = wait(self.running, timeout=30, return_when=FIRST_COMPLETED)
+            for f in finished:
+                kind = self.running.pop(f)
+                if kind == "truth":
+                    self.queue_cases(*f.result())
+                else:
+                    self.record(f.result())
+
+    def queue_cases(self, scenario: str, truth_seed: int) -> None:
+        if self.args.truths_only:
+            return
+        trials = scenario_space(scenario).study.trials
+        self.cases.extend((scenario, truth_seed, s, s in self.args.calibrate_strategies) for s in self.args.strategies
+                          if (scenario, truth_seed, s, truth_seed, trials) not in self.done)
+
+    def record(self, r: dict[str, Any]) -> None:
+        with self.args.out.open("a") as fh:
+            fh.write(json.dumps(r) + "\n")
+        _log(f"{r['scenario']} truth {r['truth_seed']} {r['strategy']}: within 2 % {r['within_2pct']}, "
+             f"regret {r['regret']}, GPU-h to 2 % {r['gpu_hours_to_2pct']} ({r['runtime_s']['total']} s; "
+             f"{time.time() - self.t0:.0f} s in all)")
 
 
 def _jobs(jobs: int, max_load: float) -> int:
     return jobs if os.getloadavg()[0] <= max_load else 1
-
-
-def _run_all(pool: ProcessPoolExecutor, todo: list[tuple], jobs: int, max_load: float, out: Path, t0: float) -> None:
-    running: set[Future] = set()
-    while todo or running:
-        limit = _jobs(jobs, max_load)
-        while todo and len(running) < limit:
-            running.add(pool.submit(_case, todo.pop(0)))
-        finished, running = wait(running, timeout=30, return_when=FIRST_COMPLETED)
-        for f in finished:
-            r = f.result()
-            with out.open("a") as fh:
-                fh.write(json.dumps(r) + "\n")
-            _log(f"{r['scenario']} truth {r['truth_seed']} {r['strategy']}: within 2 % {r['within_2pct']}, "
-                 f"regret {r['regret']}, GPU-h to 2 % {r['gpu_hours_to_2pct']} ({r['runtime_s']['total']} s; "
-                 f"{time.time() - t0:.0f} s in all)")
 
 
 def _log(msg: str) -> None:
