@@ -68,11 +68,11 @@ GRIDS: dict[str, dict[str, list[Any]]] = {
     },
     # Speed-bound, memory-rich. gmu at the bottom, default and top; max_num_seqs by powers
     # of two around the concurrency (256); every budget, prefix caching, KV dtype.
-    # 3 x 5 x 4 x 2 x 2 = 240 configs.
+    # 3 x 5 x 5 x 2 x 2 = 300 configs.
     "small-highconc": {
         "gpu_memory_utilization": [0.84, 0.92, 0.96],
         "max_num_seqs": [32, 64, 128, 256, 512],
-        "max_num_batched_tokens": [1024, 2048, 4096, 8192],
+        "max_num_batched_tokens": [512, 1024, 2048, 4096, 8192],
         "enable_prefix_caching": B,
         "kv_cache_dtype": ["auto", "fp8"],
     },
