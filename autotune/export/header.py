@@ -30,6 +30,8 @@ def evidence_lines(choice: Choice, study: StudyEvidence, max_oom_per_1k: float, 
         lines.append(f"{metric}: {_fmt(i.mean, metric)} ({what}; 95 % interval {_fmt(i.low, metric)} to "
                      f"{_fmt(i.high, metric)}{_spread(study, metric)})")
     lines.append(oom_line(c, max_oom_per_1k, choice.tier == SHOWN))
+    if (deaths := engine_death_line(c)) is not None:
+        lines.append(deaths)
     h = c.headroom
     gib = f"{h.gib:.2f} GiB" if h.known else "unknown"
     lines.append(f"memory headroom per GPU: {gib} ({h.detail}); required margin {min_headroom_gib:g} GiB")
@@ -52,6 +54,20 @@ def oom_line(c: ConfigEvidence, limit: float, shown: bool) -> str:
         return f"{head}: NOT shown within the limit of {limit:g}"
     return (f"{head}: NOT shown within the limit of {limit:g}; showing it needs {need - o.requests} more requests "
             f"with no OOM ({need} in all; e.g. more confirmation runs, study.confirm.repeats)")
+
+
+def engine_death_line(c: ConfigEvidence) -> str | None:
+    """Engine deaths per run: the OOM bound above counts requests as independent, but one
+    death fails every request in flight at once, so a few clean runs show less than their
+    request count suggests. None when the runs did not record their crashes."""
+    o = c.oom
+    if o.runs_with_death is None or not o.runs:
+        return None
+    runs = "run" if o.runs == 1 else "runs"
+    return (f"engine deaths: in {o.runs_with_death} of {o.runs} {runs}; with 95 % confidence one run's chance of an "
+            f"engine death is at most {100 * o.death_chance_upper:.0f} % (a death fails every request in flight at "
+            "once, so the OOM bound above, which counts requests as independent, is optimistic when OOMs come "
+            "from deaths; more runs narrow this, e.g. study.confirm.repeats)")
 
 
 def _requests(c: ConfigEvidence) -> str:

@@ -37,6 +37,11 @@ class OomEvidence:
     events: int
     requests: int  # 0 when the runs did not report their request counts (then events is 0 too)
     rate_per_1k: float  # over all requests; the mean of the runs' rates when counts are unknown
+    # Runs, and those in which the engine died at least once (None: not recorded). An engine
+    # death fails every request in flight at once, so OOMs come in clusters and the request
+    # count overstates what clean requests show; runs are the independent unit.
+    runs: int = 0
+    runs_with_death: int | None = None
 
     @property
     def upper_per_1k(self) -> float:
@@ -49,6 +54,13 @@ class OomEvidence:
     def requests_to_show(self, limit_per_1k: float) -> int | None:
         """Requests in all (with no further OOM) that would show the limit; None if none can."""
         return stats.trials_needed(self.events, limit_per_1k / 1000.0)
+
+    @property
+    def death_chance_upper(self) -> float:
+        """With 95 % confidence one run's chance of an engine death is at most this (NaN: not recorded)."""
+        if self.runs_with_death is None or not self.runs:
+            return math.nan
+        return stats.clopper_pearson_upper(self.runs_with_death, self.runs)
 
 
 @dataclass(frozen=True)
@@ -93,6 +105,8 @@ class ConfigEvidence:
             "ooms": self.oom.events,
             "oom_per_1k": _clean(self.oom.rate_per_1k),
             "oom_per_1k_upper95": _clean(self.oom.upper_per_1k),
+            "runs_with_engine_death": self.oom.runs_with_death,
+            "engine_death_chance_upper95": _clean(self.oom.death_chance_upper),
             "metrics": {k: {"mean": _clean(i.mean), "ci95": [_clean(i.low), _clean(i.high)] if i.known else None}
                         for k, i in self.intervals.items()},
             "headroom_gib": _clean(self.headroom.gib),
@@ -147,14 +161,23 @@ def _values(runs: Sequence[TrialRecord], metric: str) -> list[float]:
 def _ooms(runs: Sequence[TrialRecord]) -> OomEvidence:
     """OOMs and requests summed over the runs. A run recorded without its counts leaves only
     the rates: nothing can be shown from them, the mean rate is still the best estimate."""
+    deaths = _runs_with_death(runs)
     events = requests = 0
     for r in runs:
         n, k = r.metrics.get("requests", math.nan), r.metrics.get("requests_oom", math.nan)
         if math.isnan(n) or math.isnan(k):
             rates = _values(runs, OOM_METRIC)
-            return OomEvidence(0, 0, sum(rates) / len(rates) if rates else math.nan)
+            return OomEvidence(0, 0, sum(rates) / len(rates) if rates else math.nan, len(runs), deaths)
         events, requests = events + int(k), requests + int(n)
-    return OomEvidence(events, requests, 1000.0 * events / requests if requests else math.nan)
+    return OomEvidence(events, requests, 1000.0 * events / requests if requests else math.nan, len(runs), deaths)
+
+
+def _runs_with_death(runs: Sequence[TrialRecord]) -> int | None:
+    """How many runs saw the engine die (the backends' ``crashes``); None if a run did not say."""
+    crashes = [r.metrics.get("crashes", math.nan) for r in runs]
+    if not crashes or any(math.isnan(c) for c in crashes):
+        return None
+    return sum(1 for c in crashes if c > 0)
 
 
 def _clean(v: float) -> float | None:

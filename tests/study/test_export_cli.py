@@ -71,6 +71,8 @@ def test_status_and_export_show_what_the_runs_support(tmp_path, capsys):
     # 0 OOMs in 300 requests cannot show 1 per 1000: said, with the requests that would.
     assert "NOT shown within the limit of 1" in text and "2695 more requests" in text
     assert "memory headroom per GPU:" in text and "required margin 1 GiB" in text
+    # The sim records its engine deaths per run: the header bounds a run's chance of one.
+    assert f"# engine deaths: in {configs[chosen]['runs_with_engine_death']} of 3 runs" in text
     assert "NOT shown within the limit of 1" in out  # the command says it too
     cfg = yaml.safe_load(target.read_text())
     assert cfg["model"] == "Qwen/Qwen2.5-72B-Instruct"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from autotune.export.header import oom_line
+from autotune.export.header import engine_death_line, oom_line
 from autotune.space import load_space
 from autotune.study.evidence import summarize
 from autotune.study.export_rule import MEASURED, SHOWN, choose, choose_for_export, finalists
@@ -86,6 +86,35 @@ def test_a_limit_not_shown_by_the_requests_says_how_many_more_would_show_it():
     assert "NOT shown within the limit of 1" in line and "1995 more requests" in line
     # The looser limit of 5 per 1000 is shown by the same 1000 requests.
     assert choose(ev.configs, 5.0, 1.0).tier == SHOWN
+
+
+def test_three_clean_runs_bound_a_runs_engine_death_chance_only_to_63_percent():
+    # The OOM bound counts 3600 clean requests as independent (within 1 per 1000), but one
+    # engine death fails every request in flight at once: runs are the independent unit.
+    study = _study()
+    _confirmed(study, ROOMY, [30.0, 30.6, 29.7], requests=1200, extra={"crashes": 0.0})
+    (c,) = summarize(records(study.trials), SPACE).configs
+    assert c.oom.shown_within(1.0) and c.oom.runs == 3 and c.oom.runs_with_death == 0
+    assert c.oom.death_chance_upper == pytest.approx(1 - 0.05 ** (1 / 3))
+    line = engine_death_line(c)
+    assert line is not None and "in 0 of 3 runs" in line and "at most 63 %" in line
+    assert c.to_dict()["runs_with_engine_death"] == 0
+
+
+def test_a_run_whose_engine_died_counts_once_however_often_it_died():
+    study = _study()
+    first = _add(study, ROOMY, 30.0, ooms=40, requests=1200, extra={"crashes": 2.0})
+    _add(study, ROOMY, 30.2, requests=1200, role=Role.CONFIRM, repeat_of=first, extra={"crashes": 0.0})
+    (c,) = summarize(records(study.trials), SPACE).configs
+    assert c.oom.runs_with_death == 1 and "in 1 of 2 runs" in (engine_death_line(c) or "")
+
+
+def test_runs_without_a_crash_count_say_nothing_about_engine_deaths():
+    study = _study()
+    _add(study, ROOMY, 30.0)  # no "crashes" metric recorded
+    (c,) = summarize(records(study.trials), SPACE).configs
+    assert c.oom.runs_with_death is None and engine_death_line(c) is None
+    assert c.to_dict()["engine_death_chance_upper95"] is None
 
 
 def test_ooms_counted_over_all_runs_decide_before_latency():
