@@ -61,7 +61,7 @@ def engine_death_line(c: ConfigEvidence) -> str | None:
     death fails every request in flight at once, so a few clean runs show less than their
     request count suggests. None when the runs did not record their crashes."""
     o = c.oom
-    if o.runs_with_death is None or not o.runs:
+    if math.isnan(o.death_chance_upper):
         return None
     runs = "run" if o.runs == 1 else "runs"
     return (f"engine deaths: in {o.runs_with_death} of {o.runs} {runs}; with 95 % confidence one run's chance of an "

@@ -40,8 +40,8 @@ class OomEvidence:
     # Runs, and those in which the engine died at least once (None: not recorded). An engine
     # death fails every request in flight at once, so OOMs come in clusters and the request
     # count overstates what clean requests show; runs are the independent unit.
-    runs: int = 0
-    runs_with_death: int | None = None
+    runs: int
+    runs_with_death: int | None
 
     @property
     def upper_per_1k(self) -> float:
