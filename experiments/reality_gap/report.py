@@ -72,7 +72,7 @@ def best_known(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, int], float]:
         k = (r["scenario"], r["truth_seed"])
         pick = max if r["maximize"] else min
         cands = [r["true_best"]]
-        if r["true_main"] is not None and (r["true_oom_per_1k"] or 0) <= OOM_LIMIT:
+        if r["true_main"] is not None and not over_oom_limit(r):
             cands.append(r["true_main"])
         out[k] = pick([out.get(k, r["true_best"]), *cands])
     return out
@@ -142,6 +142,22 @@ PAIRED = (
     ("wasted launches, max", lambda rs: max(r["wasted_launches"] for r in rs), str),
     ("rejected samples, median", lambda rs: median(r["rejected"] for r in rs), lambda x: f"{x:g}"),
     ("wasted launches, sum", lambda rs: sum(r["wasted_launches"] for r in rs), str),
+    ("study CPU, median", lambda rs: median(r["runtime_s"]["study"] for r in rs), lambda x: f"{x:.0f} s"),
+)
+
+
+def true_gap(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """How far apart two exports are in the truth's main objective, relative to ``b``'s."""
+    if a["true_main"] is None or b["true_main"] is None:
+        return math.inf
+    return abs(a["true_main"] - b["true_main"]) / abs(b["true_main"])
+
+
+# Cells that compare each case's two exports (ablation, autotune) directly.
+PAIRWISE = (
+    ("same export as autotune",
+     lambda ps: f"{sum(a['exported_flags'] == b['exported_flags'] for a, b in ps)}/{len(ps)}"),
+    ("largest true gap to autotune's export", lambda ps: f"{100 * max(true_gap(a, b) for a, b in ps):.2f} %"),
 )
 
 
@@ -149,15 +165,15 @@ def paired_ablations(rows: Sequence[dict[str, Any]]) -> list[str]:
     """Each ablation against autotune on the very (scenario, truth) cases the ablation ran:
     what switching that one part off changes (paired, so a hard truth counts against both)."""
     auto = {(r["scenario"], r["truth_seed"]): r for r in rows if r["strategy"] == "autotune"}
-    out = ["| part switched off | paired cases | " + " | ".join(f"{name}: off / autotune" for name, _, _ in PAIRED)
-           + " | same export as autotune |", "|---" * (len(PAIRED) + 3) + "|"]
+    names = [f"{name}: off / autotune" for name, _, _ in PAIRED] + [name for name, _ in PAIRWISE]
+    out = ["| part switched off | paired cases | " + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
     for s in (x for x in strategies_in(rows) if x.startswith("autotune-")):
         off = [r for r in rows if r["strategy"] == s and (r["scenario"], r["truth_seed"]) in auto]
         if not off:
             continue
         on = [auto[(r["scenario"], r["truth_seed"])] for r in off]
-        cells = [f"{fmt(f(off))} / {fmt(f(on))}" for _, f, fmt in PAIRED]
-        cells.append(f"{sum(a['exported_flags'] == b['exported_flags'] for a, b in zip(off, on, strict=True))}/{len(off)}")
+        pairs = list(zip(off, on, strict=True))
+        cells = [f"{fmt(f(off))} / {fmt(f(on))}" for _, f, fmt in PAIRED] + [f(pairs) for _, f in PAIRWISE]
         out.append(f"| {s.removeprefix('autotune-')} | {len(off)} | " + " | ".join(cells) + " |")
     return out
 

@@ -9,7 +9,7 @@ def _run(strategy: str, scenario: str, seed: int, *, within: bool, regret: float
          to2: float | None = 1.0, wrongly: int = 0) -> dict:
     return {"strategy": strategy, "scenario": scenario, "truth_seed": seed, "within_2pct": within,
             "regret": regret, "true_oom_per_1k": oom, "gpu_hours_to_2pct": to2, "wrongly_rejected": wrongly,
-            "wasted_launches": 0, "rejected": 1, "exported_flags": {}}
+            "wasted_launches": 0, "rejected": 1, "exported_flags": {}, "true_main": 1.0, "runtime_s": {"study": 1.0}}
 
 
 def test_ablation_is_compared_on_its_own_cases_only():
