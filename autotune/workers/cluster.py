@@ -1,4 +1,11 @@
-"""Connecting to Ray: an existing cluster at ``--address``, or a local one we start."""
+"""Connecting to Ray: an existing cluster at ``--address``, or a local one we start.
+
+A local Ray is a private one: every server it starts (GCS, raylet, object manager, the
+workers' and the driver's gRPC ports, the dashboard agent, the runtime-env agent, the
+metrics exporters) binds 127.0.0.1. Reaching it from another machine is not a use case;
+a cluster that other machines join is started with ``ray start`` and joined with
+``--address`` (docs/reliability.md, "Servers").
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import ray
+import ray._private.services as ray_services
 
 from autotune.errors import UserError
 
@@ -27,6 +35,7 @@ class ClusterInfo:
 
 
 PROBE_TIMEOUT_S = 5.0
+LOOPBACK = "127.0.0.1"
 
 
 def probe_address(address: str, timeout: float = PROBE_TIMEOUT_S) -> None:
@@ -67,6 +76,30 @@ def _native_stderr_silenced() -> Iterator[None]:
             os.close(saved)
 
 
+@contextmanager
+def _loopback_node() -> Iterator[None]:
+    """Let ``ray.init(_node_ip_address="127.0.0.1")`` keep the loopback address.
+
+    Ray 2.60 binds its servers to 127.0.0.1 only when the node's address is literally
+    127.0.0.1, and otherwise on every interface; but ``ray.init`` (and ``ray start
+    --node-ip-address``) first replaces a loopback address with the machine's routable one
+    (``services.resolve_ip_for_localhost``), and no option or environment variable skips
+    that. For the length of ``ray.init`` the address is kept as given; the processes it
+    starts get ``--node-ip-address=127.0.0.1`` and pass it on to every worker.
+    ``tests/reliability/test_loopback.py`` lists the sockets a study listens on, so a Ray
+    that changes this shows up there.
+    """
+    original = getattr(ray_services, "resolve_ip_for_localhost", None)
+    if original is None:  # a Ray without the hook: the loopback test says what it binds
+        yield
+        return
+    ray_services.resolve_ip_for_localhost = lambda host: host
+    try:
+        yield
+    finally:
+        ray_services.resolve_ip_for_localhost = original
+
+
 def connect(address: str | None, logical_gpus: int | None = None, num_cpus: int | None = None) -> ClusterInfo:
     """Join ``address`` or start a local Ray; reuse a connection this process already has.
 
@@ -89,8 +122,9 @@ def connect(address: str | None, logical_gpus: int | None = None, num_cpus: int 
                     ray.init(address=address, **kwargs)
             else:
                 # "local": without it ray.init joins any cluster someone started on this machine.
-                ray.init(address="local", num_gpus=logical_gpus, num_cpus=num_cpus or max(os.cpu_count() or 1, 2),
-                         **kwargs)
+                with _loopback_node():
+                    ray.init(address="local", num_gpus=logical_gpus,
+                             num_cpus=num_cpus or max(os.cpu_count() or 1, 2), _node_ip_address=LOOPBACK, **kwargs)
                 started = True
         except (ConnectionError, TimeoutError, ValueError, RuntimeError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -125,6 +125,7 @@ def test_ray_dashboard_is_off_when_we_start_ray(monkeypatch):
     monkeypatch.setattr(ray, "get_runtime_context", lambda: _Ctx())
     cluster.connect(None, logical_gpus=2)
     assert seen["include_dashboard"] is False
+    assert seen["_node_ip_address"] == "127.0.0.1"  # every Ray server on loopback (test_loopback.py)
 
 
 def test_maskers():
