@@ -1,10 +1,24 @@
-"""`autotune status`: the study's trials, their state and values, the Pareto front, and the
-statistics of every config measured more than once (docs/export.md)."""
+"""`autotune status`: the study's trials, their state and values, the recommended config, the
+Pareto front, and the statistics of every config measured more than once (docs/status.md
+explains every word it prints).
+
+The recommended config is the export rule's pick (autotune/study/export_rule.py), the one
+`autotune export` writes and MLflow tags: one answer to "which config?". The Pareto front is
+the one people are shown everywhere (autotune/study/pareto.py): configs at the mean of their
+full runs.
+
+The table fits the terminal (``COLUMNS``, else its width, else 80): long cells wrap at
+words, and failure reasons are listed in full under the table, wrapped, never cut.
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
+import sys
+import textwrap
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,25 +35,46 @@ from autotune.rundir import RunDir
 from autotune.space import SearchSpace
 from autotune.space.loader import parse_space
 from autotune.study.evidence import ConfigEvidence, summarize
-from autotune.study.pareto import pareto_numbers
+from autotune.study.export_rule import LATENCY, Choice, Ranking, recommendation
+from autotune.study.pareto import FrontPoint, config_front
 from autotune.study.record import State, TrialRecord, records
+from autotune.tracking.naming import abbreviations, flags_label
+
+# What the table's state column says of a trial that was launched but never served (a
+# startup failure): Optuna holds it as complete, with penalty values, so the search learns
+# from it; for a person it is a failure, and its penalty values are not measurements.
+NEVER_SERVED = "failed"
+# Width when the output is neither a terminal nor given COLUMNS (a file, a pipe to grep):
+# wide enough that a row stays one line for grep, as wide as a terminal of 2 panes.
+PIPE_WIDTH = 160
 
 
 def _clean(v: Any) -> Any:
     return None if isinstance(v, float) and math.isnan(v) else v
 
 
-def _row(r: TrialRecord, searched: list[str], front: set[int]) -> dict[str, Any]:
+def never_served(r: TrialRecord) -> bool:
+    """Launched, but the engine never served a request (it did not start)."""
+    return r.state == State.COMPLETE and not r.started
+
+
+def shown_state(r: TrialRecord) -> str:
+    return NEVER_SERVED if never_served(r) else str(r.state)
+
+
+def _row(r: TrialRecord, searched: list[str], front: dict[int, FrontPoint], recommended: int | None) -> dict[str, Any]:
     return {
         "number": r.number,
-        "state": str(r.state),
+        "state": shown_state(r),
+        "served": r.launched and r.started,
         "role": str(r.role),
         "reference": r.reference or None,
         # The searched flags as the trial ran them: a `repair` constraint may have moved a
         # sampled value, and what ran is what the numbers measure.
         "params": r.searched_flags(searched),
         "flags": r.flags or None,
-        "values": [_clean(v) for v in r.values] if r.values else None,
+        # A trial that never served was told penalty values (1000 OOMs per 1000, ...): not shown as figures.
+        "values": [_clean(v) for v in r.values] if r.values and not never_served(r) else None,
         "failure_class": r.failure_class,
         "failure_reason": r.failure_reason or None,
         "early_stopped": r.early_stopped,
@@ -51,6 +86,35 @@ def _row(r: TrialRecord, searched: list[str], front: set[int]) -> dict[str, Any]
         "started_at": r.started_at.isoformat() if r.started_at else None,
         "finished_at": r.finished_at.isoformat() if r.finished_at else None,
         "pareto": r.number in front,
+        "recommended": r.number == recommended,
+    }
+
+
+def _counts(recs: list[TrialRecord]) -> dict[str, int]:
+    n = {str(s): 0 for s in State}
+    for r in recs:
+        n[shown_state(r)] += 1
+    n["never_served"] = sum(1 for r in recs if never_served(r))
+    return n
+
+
+def recommendation_json(choice: Choice | None, rank_metric: str) -> dict[str, Any] | None:
+    """The recommended config for `status --json`: the trial, why, and what stands behind it."""
+    if choice is None:
+        return None
+    c = choice.config
+    i = c.interval(rank_metric)
+    return {
+        "trial": choice.trial.number,
+        "trials": c.numbers,
+        "runs": c.n,
+        "confirmed": c.confirmed,
+        "rule": choice.rule,
+        "notes": list(choice.notes),
+        "flags": c.flags,
+        "metric": rank_metric,
+        "mean": _clean(i.mean),
+        "ci95": [_clean(i.low), _clean(i.high)] if i.known else None,
     }
 
 
@@ -61,49 +125,137 @@ def status(
     storage: Annotated[str | None, typer.Option(help="storage URL, if not the run directory's")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object")] = False,
 ) -> None:
-    """List trials with state, flags as run and objective values; mark the Pareto front."""
+    """List trials with state, flags as run and objective values; mark the recommended config and the Pareto front."""
     run_dir = find_run_dir(out)
     st = open_study(run_dir, study, storage)
     saved = saved_space(run_dir)
     recs = records(st.get_trials(deepcopy=False))
     searched = list(saved.get("params") or {}) or sorted({k for r in recs for k in r.params})
-    front = set(pareto_numbers(st))
-    rows = [_row(r, searched, front) for r in recs]
+    front = {p.number: p for p in config_front(st)}
     space = _space(run_dir)
+    choice = recommendation(st, space) if space else None
+    recommended = choice.trial.number if choice else None
+    rank_metric = _rank_metric(space)
+    rows = [_row(r, searched, front, recommended) for r in recs]
     repeated = [c for c in summarize(recs, space).configs if c.n > 1] if space else []
-    n = {s: sum(1 for r in recs if r.state == s) for s in State}
+    n = _counts(recs)
     if as_json:
         typer.echo(json.dumps({
             "study": st.study_name,
             "n_complete": n[State.COMPLETE],
             "n_failed": n[State.FAILED],
+            "n_never_served": n["never_served"],
             "n_running": n[State.RUNNING],
             "n_rejected": n[State.REJECTED],
             "n_waiting": n[State.WAITING],
+            "recommended": recommendation_json(choice, rank_metric),
             "pareto": sorted(front),
+            "pareto_runs": {str(k): p.runs for k, p in sorted(front.items())},
             "trials": rows,
             "configs": [c.to_dict() for c in repeated],
         }, indent=1))
         return
-    names = [o.get("metric") for o in saved.get("objectives", [])] or ["value"] * len(st.directions)
-    table = Table(title=f"study {st.study_name}  ({n[State.COMPLETE]} complete, {n[State.FAILED]} failed, "
-                        f"{n[State.RUNNING]} running, {n[State.REJECTED]} rejected, {n[State.WAITING]} waiting)")
-    for col in ["#", "state", "role", *names, "pareto", "flags as run / failure"]:
-        table.add_column(col)
-    for r in rows:
-        vals = [number(v, 4) if isinstance(v, float) else "-" for v in (r["values"] or [None] * len(names))]
-        detail = ", ".join(f"{k}={number(v)}" for k, v in r["params"].items())
-        if r["failure_reason"]:
-            detail += f"  [{r['failure_reason'][:80]}]"
-        if r["early_stopped"]:
-            detail += "  (stopped early: estimates)"
-        if r["repeat_of"] is not None:
-            detail += f"  (repeats trial {r['repeat_of']})"
-        table.add_row(str(r["number"]), r["state"], r["role"], *vals, "*" if r["pareto"] else "", escape(detail))
-    console = Console(soft_wrap=False, width=200)
-    console.print(table)
+    console = Console(soft_wrap=False, highlight=False, width=_width())
+    width = console.width
+    names = space.objective_names if space else (
+        [o.get("metric") for o in saved.get("objectives", [])] or ["value"] * len(st.directions))
+    failed = f"{n[State.FAILED]} failed" + (f" ({n['never_served']} never served)" if n["never_served"] else "")
+    console.print(escape(_wrap(f"study {st.study_name}: {n[State.COMPLETE]} complete, {failed}, "
+                               f"{n[State.RUNNING]} running, {n[State.REJECTED]} rejected, "
+                               f"{n[State.WAITING]} waiting", width)))
+    console.print(escape(_wrap(_recommended_line(choice, rank_metric), width, "  ")))
+    short = _short_names(rows, searched, names, width)
+    console.print(_trials_table(rows, names, front, short))
+    console.print(escape(_wrap("R: recommended (what `autotune export` writes). *: Pareto front, configs at the mean of "
+                               "their runs (*3: a mean of 3 runs; * alone: a single run).", width)))
+    if short:
+        console.print(escape(_wrap("flags: " + ", ".join(f"{s}={n}" for n, s in short.items() if s != n), width)))
+    failures = [r for r in rows if r["failure_reason"]]
+    if failures:
+        console.print("failures:")
+        for r in failures:
+            console.print(escape(_wrap(f"trial {r['number']} ({r['failure_class']}): {r['failure_reason']}", width,
+                                       "    ", "  ")))
     if repeated:
         console.print(_configs_table(repeated, [m for m in names if m != "oom_per_1k"]))
+
+
+def _width() -> int:
+    """COLUMNS when set, else the terminal's width, else :data:`PIPE_WIDTH`."""
+    cols = os.environ.get("COLUMNS", "")
+    if cols.isdigit() and int(cols) > 0:
+        return int(cols)
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else PIPE_WIDTH
+
+
+def _rank_metric(space: SearchSpace | None) -> str:
+    return Ranking.for_space(space).metric if space else LATENCY
+
+
+def _recommended_line(choice: Choice | None, metric: str) -> str:
+    if choice is None:
+        return "recommended: none yet (no config served the whole benchmark within the study's constraints)"
+    c = choice.config
+    i = c.interval(metric)
+    if i.known:
+        fig = (f"{metric} {number(i.mean, 4)} (mean of {c.n} runs, 95 % interval {number(i.low, 4)} to "
+               f"{number(i.high, 4)})" if c.n > 1 else f"{metric} {number(i.mean, 4)} (single run, 95 % interval "
+                                                      f"{number(i.low, 4)} to {number(i.high, 4)})")
+    else:
+        fig = f"{metric} {number(i.mean, 4)} (single run: no interval)"
+    notes = "".join(f" Note: {x}." for x in choice.notes)
+    return (f"recommended: trial {choice.trial.number}, {fig}; chosen by the export rule: {choice.rule}.{notes}"
+            " `autotune export` writes this config.")
+
+
+def _short_names(rows: list[dict[str, Any]], searched: list[str], names: list[str], width: int) -> dict[str, str]:
+    """The flags' short names (as in MLflow's run names, autotune/tracking/naming.py) when a
+    row with the full names would not fit in ``width``; {} when it would."""
+    widest = max((len(_flags_text(r["params"], {})) for r in rows), default=0)
+    fixed = 3 + 9 + 10 + sum(max(len(n), 6) + 2 for n in names) + 5  # #, state, role, values, marks
+    if fixed + widest <= width:
+        return {}
+    bools = {k for r in rows for k, v in r["params"].items() if isinstance(v, bool)}
+    return abbreviations(searched, bools)
+
+
+def _flags_text(params: dict[str, Any], short: dict[str, str]) -> str:
+    if short:
+        return flags_label(params, short)
+    return ", ".join(f"{k}={number(v)}" for k, v in params.items())
+
+
+def _trials_table(rows: list[dict[str, Any]], names: list[str], front: dict[int, FrontPoint],
+                  short: dict[str, str]) -> Table:
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("state", no_wrap=True)
+    table.add_column("role")
+    for name in names:
+        table.add_column(name, justify="right")
+    table.add_column("", no_wrap=True)  # R and *: see the legend under the table
+    table.add_column("flags as run", overflow="fold")
+    for r in rows:
+        # Rejected and never-served trials were told penalty values, not measurements.
+        told = r["values"] if r["state"] != str(State.REJECTED) else None
+        vals = [number(v, 4) if isinstance(v, float) else "-" for v in (told or [None] * len(names))]
+        detail = _flags_text(r["params"], short)
+        if r["failure_reason"]:
+            detail += f" [{r['failure_class']}: see failures]"
+        if r["early_stopped"]:
+            detail += " (stopped early: estimates)"
+        if r["repeat_of"] is not None:
+            detail += f" (repeats trial {r['repeat_of']})"
+        point = front.get(r["number"])
+        mark = ("R" if r["recommended"] else "") + ("" if point is None else "*" if point.runs == 1 else f"*{point.runs}")
+        table.add_row(str(r["number"]), r["state"], r["role"], *vals, mark, escape(detail))
+    return table
+
+
+def _wrap(text: str, width: int, indent: str = "", first: str = "") -> str:
+    """Wrapped at words (a word longer than a line is split: nothing may pass the width)."""
+    return textwrap.fill(text, width=max(width, 20), initial_indent=first, subsequent_indent=indent,
+                         break_on_hyphens=False)
 
 
 def _space(run_dir: RunDir) -> SearchSpace | None:
@@ -117,7 +269,7 @@ def _space(run_dir: RunDir) -> SearchSpace | None:
 
 def _configs_table(configs: list[ConfigEvidence], metrics: list[str]) -> Table:
     table = Table(title="configs measured more than once: mean [95 % interval]; OOMs over all their requests, "
-                        "with the 95 % upper bound")
+                        "with the 95 % upper bound", box=None, header_style="bold")
     for col in ["trials", "runs", *metrics, "OOMs", "oom_per_1k <=", "headroom GiB"]:
         table.add_column(col)
     for c in configs:

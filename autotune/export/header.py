@@ -13,14 +13,15 @@ import math
 
 from autotune.formatting import number
 from autotune.study.evidence import ConfigEvidence, StudyEvidence
-from autotune.study.export_rule import LATENCY, SHOWN, Choice
+from autotune.study.export_rule import DEFAULT_MAX_OOM_PER_1K, LATENCY, SHOWN, Choice
 
 
 def evidence_lines(choice: Choice, study: StudyEvidence, max_oom_per_1k: float, min_headroom_gib: float) -> list[str]:
     """Comment lines (without '# ') for the header of the config ``choice`` picked."""
     c = choice.config
     runs = "run" if c.n == 1 else "runs"
-    lines = [f"evidence: {c.n} {runs} of this config (trials {', '.join(map(str, c.numbers))}), each a fresh "
+    lines = [recommended_line(choice, max_oom_per_1k)]
+    lines += [f"evidence: {c.n} {runs} of this config (trials {', '.join(map(str, c.numbers))}), each a fresh "
              f"server start on the same benchmark; {_requests(c)}"]
     for metric, i in c.intervals.items():
         if not i.known:
@@ -37,6 +38,17 @@ def evidence_lines(choice: Choice, study: StudyEvidence, max_oom_per_1k: float, 
     lines.append(f"memory headroom per GPU: {gib} ({h.detail}); required margin {min_headroom_gib:g} GiB")
     lines += [f"NOTE: {n}" for n in choice.notes]
     return lines
+
+
+def recommended_line(choice: Choice, max_oom_per_1k: float) -> str:
+    """Whether this is the study's recommended config, the one `autotune status` marks R and
+    MLflow tags ``autotune.recommended_trial`` (the same rule at the default OOM limit)."""
+    n = choice.trial.number
+    if max_oom_per_1k == DEFAULT_MAX_OOM_PER_1K:
+        return (f"recommended trial: {n} (the config `autotune status` marks R and MLflow tags "
+                "autotune.recommended_trial)")
+    return (f"chosen trial: {n}, with --max-oom-per-1k {max_oom_per_1k:g}; the study's recommendation "
+            f"(`autotune status`, MLflow) uses the default limit of {DEFAULT_MAX_OOM_PER_1K:g}")
 
 
 def oom_line(c: ConfigEvidence, limit: float, shown: bool) -> str:

@@ -172,3 +172,11 @@ def choose_for_export(study: optuna.Study, space: SearchSpace, max_oom_per_1k: f
     """The documented export rule on a stored study, with the space's margin."""
     return choose(study_evidence(study, space).configs, max_oom_per_1k, space.export.min_headroom_gib,
                   rank=Ranking.for_space(space))
+
+
+def recommendation(study: optuna.Study, space: SearchSpace) -> Choice | None:
+    """*The* recommended config: what `autotune export` writes with its default OOM limit.
+
+    `autotune status`, the MLflow experiment's tags and compare view, and the export header
+    all name this one (docs/status.md), so a user asking "which config?" gets one answer."""
+    return choose_for_export(study, space, DEFAULT_MAX_OOM_PER_1K)

@@ -21,7 +21,7 @@ from autotune.study.pareto import pareto_numbers
 from autotune.study.record import Role, TrialRecord, records
 from autotune.study.trial_files import existing_files
 from autotune.tracking.mlflow_tracker import MlflowTracker
-from autotune.tracking.report import trial_log, write_plots
+from autotune.tracking.report import tag_recommendation, trial_log, write_plots
 from autotune.tracking.views import experiment_tags
 
 
@@ -54,6 +54,8 @@ class MlflowLogger(Callback):
         try:
             self._log_untracked()
             tracker.tag_pareto(self.logged, pareto_numbers(ctx.study), _baseline_numbers(ctx.study))
+            # The export rule's pick, as `autotune status` and `autotune export` name it.
+            tag_recommendation(tracker, self.logged, ctx.study, ctx.space)
             tracker.log_plots(write_plots(ctx.study, ctx.space, self.run_dir))
         finally:
             t = ctx.tally

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
+import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import optuna
+from mlflow.entities import Metric, RunTag
 from optuna.trial import TrialState
 
 from autotune.rundir import RunDir
 from autotune.space import SearchSpace
+from autotune.study.evidence import OOM_METRIC, ConfigEvidence
+from autotune.study.export_rule import recommendation, study_evidence
 from autotune.study.pareto import pareto_numbers
 from autotune.study.record import Role, State, TrialRecord, records
-from autotune.tracking.mlflow_tracker import TrialLog
+from autotune.tracking.mlflow_tracker import MlflowTracker, TrialLog
 from autotune.tracking.naming import abbreviations, flags_label
 from autotune.tracking.plots import PlotPoint, history_plot, pareto_plot
+from autotune.tracking.views import COMPARE_TAG
 
 
 def trial_log(r: TrialRecord, space: SearchSpace, artifacts: list[Path]) -> TrialLog:
@@ -80,3 +87,73 @@ def write_plots(study: optuna.Study, space: SearchSpace, run_dir: RunDir) -> lis
     if len(names) >= 2:
         paths.append(pareto_plot(points, names, run_dir.plots / "pareto.png", f"{name}: Pareto front"))
     return paths
+
+
+# Where MLflow holds the recommended config (docs/tracking.md): the experiment and each
+# invocation run name its trial; every trial run says whether it is the one, and what its
+# figures stand on.
+RECOMMENDED_TAG = "autotune.recommended_trial"
+RECOMMENDED_RULE_TAG = "autotune.recommended_rule"
+EVIDENCE_TAG = "evidence"  # on a trial run: "single run", or "mean of 3 runs (trials 2, 5, 6)"
+
+
+def recommendation_tags(study: optuna.Study, space: SearchSpace) -> tuple[dict[str, str], dict[int, dict[str, str]],
+                                                                          dict[int, dict[str, float]]]:
+    """What MLflow is told about the recommendation and the front, from the stored study:
+    (experiment and invocation tags, tags per trial, metrics per trial).
+
+    The recommended config is the export rule's (:func:`recommendation`), the same one
+    `autotune status` marks and `autotune export` writes. The trial standing for a config
+    measured more than once gets its mean and 95 % interval as metrics (``mean.<metric>``,
+    ``ci95_low.<metric>``, ``ci95_high.<metric>``; its own run's figures stay as they are),
+    and every trial run an ``evidence`` tag that says whether its figures are one run's.
+    """
+    choice = recommendation(study, space)
+    recommended = choice.trial.number if choice else None
+    exp = {RECOMMENDED_TAG: "none" if recommended is None else str(recommended),
+           RECOMMENDED_RULE_TAG: choice.rule if choice else "no config served the whole benchmark yet"}
+    evidence = study_evidence(study, space)
+    per_trial: dict[int, dict[str, str]] = {}
+    metrics: dict[int, dict[str, float]] = {}
+    for c in evidence.configs:
+        for r in c.runs:
+            per_trial[r.number] = {"recommended": "false", EVIDENCE_TAG: _evidence_words(c, r.number)}
+        if c.n > 1:
+            m: dict[str, float] = {"runs": float(c.n)}
+            for name, i in c.intervals.items():
+                m[f"mean.{name}"] = i.mean
+                if i.known:
+                    m[f"ci95_low.{name}"], m[f"ci95_high.{name}"] = i.low, i.high
+            m[f"mean.{OOM_METRIC}"] = c.oom.rate_per_1k
+            metrics[c.first.number] = m
+    if recommended is not None:
+        per_trial.setdefault(recommended, {})["recommended"] = "true"
+    return exp, per_trial, metrics
+
+
+def _evidence_words(c: ConfigEvidence, number: int) -> str:
+    if c.n == 1:
+        return "single run (no repeat: partly luck)"
+    if number != c.first.number:
+        return f"one of {c.n} runs of trial {c.first.number}'s config (its mean is on trial {c.first.number})"
+    return f"mean of {c.n} runs (trials {', '.join(map(str, c.numbers))})"
+
+
+def tag_recommendation(tracker: MlflowTracker, logged: Mapping[int, str], study: optuna.Study,
+                       space: SearchSpace) -> int | None:
+    """Write :func:`recommendation_tags` to the experiment, the invocation run and the
+    logged trial runs; the recommended trial joins the compare view (with vLLM's defaults
+    and the front). Returns the recommended trial's number."""
+    exp, per_trial, metrics = recommendation_tags(study, space)
+    tracker.set_experiment_tags(exp)
+    if tracker.parent_run_id:
+        tracker.client.log_batch(tracker.parent_run_id, tags=[RunTag(k, v) for k, v in exp.items()])
+    recommended = None if exp[RECOMMENDED_TAG] == "none" else int(exp[RECOMMENDED_TAG])
+    now = int(time.time() * 1000)
+    for number, rid in logged.items():
+        tags = dict(per_trial.get(number, {"recommended": "false"}))
+        if number == recommended:
+            tags[COMPARE_TAG] = "true"
+        vals = [Metric(k, float(v), now, 0) for k, v in metrics.get(number, {}).items() if not math.isnan(v)]
+        tracker.client.log_batch(rid, tags=[RunTag(k, v) for k, v in tags.items()], metrics=vals)
+    return recommended

@@ -1,0 +1,104 @@
+"""One answer to "which config?": `status --json`, MLflow's tags and the export header name the
+same trial, on a study whose lowest single p99 is a lucky run (tests/cli/recommendation_study.py);
+and a trial that never served reads as a failure, with its whole reason."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import optuna
+from mlflow.tracking import MlflowClient
+
+from autotune.space.loader import load_space
+from autotune.study.callbacks import StudyContext, Tally
+from autotune.study.pareto import FrontCache
+from autotune.study.recovery import Coordinator
+from autotune.tracking.callback import MlflowLogger
+from autotune.tracking.report import EVIDENCE_TAG, RECOMMENDED_TAG
+from autotune.tracking.views import COMPARE_TAG
+from tests.cli.recommendation_study import (
+    LUCKY,
+    NEVER_SERVED,
+    RECOMMENDED,
+    SINGLE,
+    STARTUP_FAILURE,
+    STUDY,
+    lucky_study,
+)
+from tests.conftest import run_cli
+
+
+def _log_to_mlflow(rd) -> MlflowClient:
+    """What `autotune run`'s MLflow callback writes at the start and end of an invocation."""
+    study = optuna.load_study(study_name=STUDY, storage=rd.optuna_url)
+    space = load_space(rd.space_copy)
+    logger = MlflowLogger(rd.mlflow_url, rd, {"study": STUDY}, {})
+    logger.on_study_start(StudyContext(study, space, len(study.trials), Tally(), FrontCache(study), Coordinator(study)))
+    logger.on_study_end("FINISHED")
+    return MlflowClient(rd.mlflow_url)
+
+
+def test_status_mlflow_and_export_name_the_same_recommended_trial(tmp_path, capsys):
+    rd = lucky_study(tmp_path / "run")
+    code, out, err = run_cli(["status", "--out", str(rd.root), "--json"], capsys)
+    assert code == 0, err
+    st = json.loads(out)
+    rec = st["recommended"]
+    assert rec["trial"] == RECOMMENDED and rec["confirmed"] and rec["runs"] == 3 and "confirmed" in rec["rule"]
+    assert [t["number"] for t in st["trials"] if t["recommended"]] == [RECOMMENDED]
+    # The front is on confirmed means: the lucky run's config averages 26.7 s, so it is off.
+    assert st["pareto"] == [RECOMMENDED, SINGLE] and st["pareto_runs"] == {str(RECOMMENDED): 3, str(SINGLE): 1}
+    assert LUCKY not in st["pareto"]
+
+    client = _log_to_mlflow(rd)
+    exp = client.get_experiment_by_name(STUDY)
+    assert exp.tags[RECOMMENDED_TAG] == str(RECOMMENDED)
+    parent = client.search_runs([exp.experiment_id], "tags.`autotune.kind` = 'invocation'")[0]
+    assert parent.data.tags[RECOMMENDED_TAG] == str(RECOMMENDED)
+    runs = {int(r.data.tags["autotune.trial_number"]): r for r in
+            client.search_runs([exp.experiment_id], "tags.`autotune.kind` = 'trial'")}
+    assert [n for n, r in runs.items() if r.data.tags.get("recommended") == "true"] == [RECOMMENDED]
+    compared = sorted(n for n, r in runs.items() if r.data.tags.get(COMPARE_TAG) == "true")
+    assert compared == [0, RECOMMENDED, SINGLE]  # vLLM's defaults, the recommendation, the front
+    mean = runs[RECOMMENDED].data.metrics
+    assert abs(mean["mean.p99_e2e_s"] - (25.8 + 26.0 + 25.9) / 3) < 1e-9 and mean["runs"] == 3
+    assert mean["ci95_low.p99_e2e_s"] < mean["mean.p99_e2e_s"] < mean["ci95_high.p99_e2e_s"]
+    assert runs[RECOMMENDED].data.metrics["p99_e2e_s"] == 25.8  # the run's own figure stays
+    assert runs[SINGLE].data.tags[EVIDENCE_TAG].startswith("single run")
+    assert runs[RECOMMENDED].data.tags[EVIDENCE_TAG].startswith("mean of 3 runs")
+
+    target = tmp_path / "deploy.yaml"
+    code, out, err = run_cli(["export", "--out", str(rd.root), "-o", str(target)], capsys)
+    assert code == 0, err
+    head = target.read_text()
+    assert re.search(r"^# study: lucky\s+trial: (\d+)", head, re.M).group(1) == str(RECOMMENDED)
+    assert f"# recommended trial: {RECOMMENDED} " in head
+
+
+def test_a_trial_that_never_served_reads_as_failed_with_its_whole_reason(tmp_path, capsys, monkeypatch):
+    rd = lucky_study(tmp_path / "run")
+    code, out, err = run_cli(["status", "--out", str(rd.root), "--json"], capsys)
+    st = json.loads(out)
+    t = st["trials"][NEVER_SERVED]
+    assert t["state"] == "failed" and t["served"] is False and t["values"] is None  # not 1000 and 600
+    assert st["n_failed"] == 1 and st["n_never_served"] == 1 and st["n_complete"] == 8
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = run_cli(["status", "--out", str(rd.root)], capsys)
+    assert code == 0, err
+    assert "1 failed (1 never served)" in out
+    row = next(line for line in out.splitlines() if re.match(rf"\s*{NEVER_SERVED}\s", line))
+    assert " failed " in row and "1000" not in row and "600" not in row
+    words = " ".join(out.split())
+    assert " ".join(STARTUP_FAILURE.split()) in words  # whole, wrapped at spaces, never cut mid-word
+    assert f"recommended: trial {RECOMMENDED}" in words
+
+
+def test_status_fits_80_columns(tmp_path, capsys, monkeypatch):
+    rd = lucky_study(tmp_path / "run")
+    for columns in ("80", "60", "120"):
+        monkeypatch.setenv("COLUMNS", columns)
+        code, out, err = run_cli(["status", "--out", str(rd.root)], capsys)
+        assert code == 0, err
+        too_long = [line for line in out.splitlines() if len(line) > int(columns)]
+        assert not too_long, (columns, too_long)
