@@ -12,10 +12,27 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.errors import UserError
+
+# A study name becomes runs/<name>: one plain path component, so it cannot climb out of runs/
+# (``../../evil``), replace it (``/abs``) or hide in it (``.x``).
+_STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+STUDY_NAME_FORM = "letters, digits, '.', '_' and '-', starting with a letter or digit, at most 128"
+
+
+def study_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a study (and its default run directory), or None."""
+    if _STUDY_NAME.fullmatch(name):
+        return None
+    return f"{name!r} is not a plain name ({STUDY_NAME_FORM}); use --out DIR to choose where the run directory goes"
+
+
+SPACE_PLACEHOLDER = "SPACE.yaml"
 
 
 @dataclass(frozen=True)
@@ -57,8 +74,12 @@ class RunDir:
             raise UserError(f"--out {self.root}: run directory is not writable; pick a writable path")
         return self
 
+    def run_hint(self) -> str:
+        """The command that creates a study here, for hints (SPACE.yaml stands for the user's file)."""
+        return shlex.join(["autotune", "run", "--space", SPACE_PLACEHOLDER, "--out", str(self.root)])
+
     def require_existing(self) -> RunDir:
         if not (self.root / "optuna.db").exists() and not self.space_copy.exists():
-            raise UserError(f"--out {self.root}: no study here; run 'autotune run --out {self.root}' first")
+            raise UserError(f"--out {self.root}: no study here; create one with: {self.run_hint()}")
         return self
 

@@ -2,12 +2,21 @@
 
 Secrets reach autotune in two ways: env vars for the server (an HF token) and database
 URLs (a password). Everything that leaves the process goes through these maskers.
+
+Input files (the search space, traces) come from wherever a user points: ``open_input``
+reads only regular files on disk, with a size cap, and ``one_line`` is the last step of
+every error message.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
 from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import BinaryIO
 
 MASK = "***"
 # A name is split into parts on "_", "-" and "." and matched part by part, never by substring:
@@ -86,3 +95,67 @@ def scrub(text: str, secrets: list[str]) -> str:
     for s in secrets:
         text = text.replace(s, MASK)
     return mask_url(text)
+
+
+# --- Messages and input files from untrusted places ---------------------------------------
+# Every error line the user sees passes through ``one_line``: secrets masked by the rules
+# above (the process's own secret env values too: a hostile path can make a parser quote
+# /proc/self/environ), control characters escaped (no terminal escapes, no second line),
+# and a length cap (a 50 MB token must not become a 50 MB line).
+MAX_MESSAGE_CHARS = 1000
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` safe to print as one line of an error message."""
+    text = scrub(text, secret_values(os.environ))
+    text = _CONTROL.sub(lambda m: "\\t" if m[0] == "\t" else f"\\x{ord(m[0]):02x}", text)
+    if len(text) > limit:
+        text = text[: limit - 5] + "[...]"
+    return text
+
+
+class NotRegularFile(ValueError):
+    """An input path that is not a plain file on a disk: a device, FIFO, socket or /proc file."""
+
+
+# Kernel pseudo-filesystems: their "regular files" are views of process state (environ,
+# memory maps), never input autotune should read.
+_PSEUDO_ROOTS = ("proc", "sys")
+
+
+def open_input(path: Path, max_bytes: int) -> BinaryIO:
+    """Open ``path`` for binary reading if it is a regular file of at most ``max_bytes``.
+
+    Raises FileNotFoundError, PermissionError, IsADirectoryError or another OSError as
+    ``open`` would, and ``NotRegularFile`` for /dev/zero, a FIFO, a socket, /proc and
+    /sys files, or a file over the cap. ``O_NONBLOCK`` keeps a FIFO from blocking the open;
+    the check is on the opened descriptor, so the file cannot be swapped after it.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile("not a regular file (a device, FIFO or socket); give a file on disk")
+        parts = Path(os.path.realpath(path)).parts
+        if len(parts) > 1 and parts[1] in _PSEUDO_ROOTS:
+            raise NotRegularFile(f"a /{parts[1]} file, not a regular file; give a file on disk")
+        if st.st_size > max_bytes:
+            raise NotRegularFile(f"larger than the {max_bytes >> 20} MiB limit for this input")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_input(path: Path, max_bytes: int) -> bytes:
+    """The whole of a small input file (``open_input``'s checks; at most ``max_bytes``,
+    even if the file grows while it is read)."""
+    with open_input(path, max_bytes) as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise NotRegularFile(f"larger than the {max_bytes >> 20} MiB limit for this input")
+    return data

@@ -7,6 +7,7 @@ import sys
 
 from autotune.cli.app import app
 from autotune.errors import UserError
+from autotune.security import one_line
 
 # Importing mlflow writes telemetry unless told not to; no command of ours wants that.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -35,7 +36,7 @@ def main() -> None:
     try:
         app()
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {one_line(str(e))}", file=sys.stderr)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -4,16 +4,27 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Union, get_args, get_origin
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from autotune.deploy.vllm_env import VARS as VLLM_ENV_VARS
 from autotune.errors import UserError
-from autotune.space.schema import SearchSpace
+from autotune.security import NotRegularFile, read_input
+from autotune.space.schema import SearchSpace, did_you_mean
 from autotune.workload import SPACE_DIR_CONTEXT
+
+# A search space is a page of YAML; the cap keeps a hostile --space (a huge file) bounded.
+MAX_SPACE_BYTES = 4 << 20
+# YAML anchors can make a small file a huge structure (each alias a copy, "billion laughs"),
+# or a cyclic one; validation would walk every copy.
+MAX_SPACE_NODES = 100_000
+MAX_SPACE_DEPTH = 40
+# A YAML problem may quote a token of the file (an alias, a tag); only short ones (',', '}') stay.
+_QUOTED = re.compile(r"'[^']{4,}'|\"[^\"]{4,}\"")
 
 
 def _format_validation_error(path: Path, err: ValidationError) -> str:
@@ -21,11 +32,39 @@ def _format_validation_error(path: Path, err: ValidationError) -> str:
     loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
-        msg = "unknown key; check the spelling against docs/search_space.md"
+        model = _model_at(first["loc"][:-1])
+        known = model.model_fields if model is not None else ()
+        msg = f"unknown key; {did_you_mean(str(first['loc'][-1]), known, 'check the spelling against docs/search_space.md')}"
     elif first["type"] == "missing":
         msg = "required field is missing"
     more = f" (+{len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
     return f"{path}: {loc}: {msg}{more}"
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The schema section at ``loc`` (``("study", "confirm")`` -> ConfirmSection), if it is one."""
+    cur: Any = SearchSpace
+    for part in loc:
+        cur = _unwrap(cur)
+        if isinstance(cur, type) and issubclass(cur, BaseModel):
+            field = cur.model_fields.get(part) if isinstance(part, str) else None
+            if field is None:
+                return None
+            cur = field.annotation
+        elif get_origin(cur) in (dict, list):  # a key or an index: the values' type
+            cur = get_args(cur)[-1]
+        else:
+            return None
+    cur = _unwrap(cur)
+    return cur if isinstance(cur, type) and issubclass(cur, BaseModel) else None
+
+
+def _unwrap(tp: Any) -> Any:
+    """``X | None`` -> ``X``."""
+    if get_origin(tp) in (Union, type(int | None)):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        return args[0] if len(args) == 1 else tp
+    return tp
 
 
 def parse_space(data: Any, path: Path) -> SearchSpace:
@@ -43,20 +82,58 @@ def parse_space(data: Any, path: Path) -> SearchSpace:
 
 def load_space(path: str | Path) -> SearchSpace:
     path = Path(path)
+    return parse_space(_parse_yaml(path, _read_text(path)), path)
+
+
+def _read_text(path: Path) -> str:
+    """The file's text: a regular file of at most ``MAX_SPACE_BYTES``, UTF-8."""
     try:
-        text = path.read_text()
+        raw = read_input(path, MAX_SPACE_BYTES)
     except FileNotFoundError:
         raise UserError(f"{path}: no such file; pass an existing search-space YAML to --space") from None
+    except NotRegularFile as e:
+        raise UserError(f"{path}: {e} (a search-space YAML)") from None
     except OSError as e:
         raise UserError(f"{path}: cannot read: {e.strerror}") from None
+    except ValueError:  # a NUL byte in the path
+        raise UserError(f"{path}: not a valid file path; pass a search-space YAML to --space") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        column = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+        raise UserError(f"{path}: line {line}, column {column}: not UTF-8 text; save the file as UTF-8") from None
+
+
+def _parse_yaml(path: Path, text: str) -> Any:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        problem = _QUOTED.sub("'...'", getattr(e, "problem", None) or (str(e).splitlines() or [type(e).__name__])[0])
         raise UserError(f"{path}:{where}: malformed YAML: {problem}") from None
-    return parse_space(data, path)
+    except RecursionError:
+        raise UserError(f"{path}: malformed YAML: nested too deeply") from None
+    except (ValueError, OverflowError):  # a scalar YAML types but Python cannot hold (a 5000-digit int, 2024-13-45)
+        raise UserError(f"{path}: malformed YAML: a value out of range (a number or date)") from None
+    if _too_big(data, MAX_SPACE_DEPTH, [MAX_SPACE_NODES]):
+        raise UserError(f"{path}: the YAML expands to more than {MAX_SPACE_NODES} values or {MAX_SPACE_DEPTH} levels "
+                        "(anchors and aliases count once per use); write the space out plainly")
+    return data
+
+
+def _too_big(node: Any, depth: int, budget: list[int]) -> bool:
+    """Whether ``node`` (aliases counted once per use, cycles as infinitely deep) exceeds the
+    depth or the node budget; stops as soon as it does."""
+    budget[0] -= 1
+    if depth < 0 or budget[0] < 0:
+        return True
+    if isinstance(node, dict):
+        return any(_too_big(k, depth - 1, budget) or _too_big(v, depth - 1, budget) for k, v in node.items())
+    if isinstance(node, list):
+        return any(_too_big(v, depth - 1, budget) for v in node)
+    return False
 
 
 def space_fingerprint(space: SearchSpace) -> str:

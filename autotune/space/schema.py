@@ -8,6 +8,8 @@ export (what the exported config must satisfy).
 
 from __future__ import annotations
 
+import difflib
+import math
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +27,7 @@ from pydantic import (
 from autotune.deploy import NOMINAL, SimProfile, VllmEnv
 from autotune.engine import FLAG_SPECS, is_unmodelled, unknown_flags, unmodelled_flags
 from autotune.errors import UserError
+from autotune.rundir import study_name_problem
 from autotune.workload import SPACE_DIR_CONTEXT, WorkloadSpec
 
 Scalar = bool | int | float | str
@@ -34,10 +37,17 @@ def _check_flags(flags: dict[str, Scalar]) -> dict[str, Scalar]:
     """Known flag names, each with a value vLLM takes (type and choices from the registry)."""
     bad = unknown_flags(flags)
     if bad:
-        raise ValueError(f"unknown vLLM flag {bad[0]!r}; use vLLM's EngineArgs name (e.g. max_num_seqs)")
+        hint = did_you_mean(bad[0], FLAG_SPECS, "use vLLM's EngineArgs name (e.g. max_num_seqs)")
+        raise ValueError(f"unknown vLLM flag {bad[0]!r}; {hint}")
     for name, value in flags.items():
         FLAG_SPECS[name].check(value)
     return flags
+
+
+def did_you_mean(name: str, known: Any, otherwise: str) -> str:
+    """``did you mean 'x'?`` for the closest of ``known`` to a misspelt ``name``, else ``otherwise``."""
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1)
+    return f"did you mean {close[0]!r}?" if close else otherwise
 
 
 def unmodelled_flag_error(where: str, name: str) -> UserError:
@@ -119,8 +129,11 @@ class ParamSpec(_Strict):
         if self.type in ("float", "int"):
             if self.low is None or self.high is None:
                 raise ValueError(f"{self.type} params need low and high")
+            if not (math.isfinite(self.low) and math.isfinite(self.high)):
+                raise ValueError("low and high must be finite numbers")
             if self.low > self.high:
                 raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
+            self._check_step(self.low, self.high)
             if self.log and self.low <= 0:
                 raise ValueError("log scale needs low > 0")
             if self.log and self.step is not None:
@@ -135,6 +148,26 @@ class ParamSpec(_Strict):
         elif any(x is not None for x in (self.low, self.high, self.step, self.choices)):
             raise ValueError("bool params take no low/high/step/choices")
         return self
+
+    def _check_step(self, low: float, high: float) -> None:
+        """Optuna silently lowers ``high`` to the last multiple of ``step`` (0.98 -> 0.92 with
+        step 0.04 from 0.80) and an int param silently truncates fractions: both refused."""
+        if self.type == "int" and not all(v is None or float(v).is_integer() for v in (low, high, self.step)):
+            raise ValueError("int params need whole-number low, high and step")
+        if self.step is None:
+            return
+        if not (math.isfinite(self.step) and self.step > 0):
+            raise ValueError(f"step ({self.step:g}) must be a number > 0")
+        span = high - low
+        if span == 0:
+            return
+        if self.step > span:
+            raise ValueError(f"step ({self.step:g}) is larger than high - low ({_g(span)}); lower step or widen the range")
+        n = span / self.step
+        if abs(n - round(n)) > 1e-6 * max(1.0, n):
+            below, above = _g(low + math.floor(n) * self.step), _g(low + math.ceil(n) * self.step)
+            raise ValueError(f"step ({self.step:g}) does not divide high - low ({_g(span)}); "
+                             f"set high to {below} or {above}")
 
     def grid_values(self, points: int = 4) -> list[Scalar]:
         """Values a grid search visits for this param."""
@@ -157,6 +190,11 @@ class ParamSpec(_Strict):
         if self.type == "int":
             return sorted({int(round(v)) for v in vals})
         return [round(v, 6) for v in vals]
+
+
+def _g(x: float) -> str:
+    """A float as a person would write it in the YAML (0.96, not 0.9600000000000001)."""
+    return f"{x:.10g}"
 
 
 class Constraint(_Strict):
@@ -292,6 +330,14 @@ class StudySection(_Strict):
     grid_points: int = Field(default=4, ge=2)
     confirm: ConfirmSection = ConfirmSection()
 
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str | None) -> str | None:
+        problem = None if v is None else study_name_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
 
 class ExportSection(_Strict):
     """What `autotune export` requires of the config it writes (docs/export.md)."""
@@ -343,7 +389,8 @@ class SearchSpace(_Strict):
             raise ValueError("at least one param must be searched")
         bad = unknown_flags(v)
         if bad:
-            raise ValueError(f"unknown vLLM flag {bad[0]!r}; params are named by vLLM's EngineArgs names")
+            hint = did_you_mean(bad[0], FLAG_SPECS, "params are named by vLLM's EngineArgs names")
+            raise ValueError(f"unknown vLLM flag {bad[0]!r}; {hint}")
         for name, p in v.items():
             spec = FLAG_SPECS[name]
             ok = {
@@ -371,7 +418,13 @@ class SearchSpace(_Strict):
             names = [c.left, *c.when] + ([c.right] if isinstance(c.right, str) else [])
             for n in names:
                 if n not in FLAG_SPECS:  # params and engine.flags are known flags too
-                    raise ValueError(f"constraints[{i}] names unknown param {n!r}")
+                    raise ValueError(f"constraints[{i}] names unknown param {n!r}; "
+                                     f"{did_you_mean(n, [*self.params, *self.engine.flags], 'check the spelling')}")
+            for n in names:
+                if n not in self.params and n not in self.engine.flags:
+                    raise ValueError(f"constraints[{i}] names {n!r}, which is neither searched (params) nor fixed "
+                                     "(engine.flags), so it would never be enforced; add it to one or remove the "
+                                     "constraint")
             if c.action == "repair" and (c.left not in self.params or self.params[c.left].type not in ("int", "float")):
                 raise ValueError(f"constraints[{i}]: repair needs left to be a searched int/float param")
         for i, ref in enumerate(self.references):

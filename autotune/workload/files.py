@@ -4,7 +4,11 @@ Every format comes down to the same rows: a recorded arrival time, prompt and ou
 counts, optionally the prompt's block hash IDs (shared IDs = a shared prefix) and, in our
 own format, per-request options. A bad line stops the read with one message naming the
 file, the line and the problem: a benchmark silently built from half a trace would tune
-for traffic nobody has.
+for traffic nobody has. The message never quotes the file (a trace path can point at any
+file, secrets included): it says what was expected, and where.
+
+Only regular files are read (``security.open_input``: no /dev/zero, FIFO or /proc file), at
+most ``MAX_TRACE_BYTES``, one line of at most ``MAX_LINE_BYTES`` at a time.
 
 Formats (``format: auto`` tells them apart by the first line):
 
@@ -22,14 +26,16 @@ Formats (``format: auto`` tells them apart by the first line):
 from __future__ import annotations
 
 import csv
+import difflib
 import json
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from autotune.security import NotRegularFile, open_input
 from autotune.workload.options import RequestOptions
 
 TRACE_FORMATS = ("autotune", "mooncake", "azure", "burstgpt")
@@ -40,6 +46,10 @@ _CSV_COLUMNS = {
 _AUTOTUNE_KEYS = ("arrival_s", "prompt_tokens", "output_tokens", "hash_ids", "prompt_logprobs", "logprobs", "n")
 _OPTION_KEYS = ("prompt_logprobs", "logprobs", "n")
 _EPOCH = datetime(1970, 1, 1)
+# A trace line is one request: a Mooncake line with a 128k-token prompt's hash_ids is ~2 KB.
+MAX_LINE_BYTES = 1 << 20
+# Public traces are tens to hundreds of MB; the cap only keeps the sha256 pass finite.
+MAX_TRACE_BYTES = 16 << 30
 
 
 @dataclass(frozen=True)
@@ -74,20 +84,37 @@ def read_trace(path: Path, fmt: str, start_s: float = 0.0, end_s: float | None =
     ``limit`` rows are kept. Reading stops at the window's end, so lines after it are not
     checked.
     """
+    with open_trace(path) as f:
+        return _read(path, f, fmt, start_s, end_s, limit)
+
+
+def open_trace(path: Path) -> BinaryIO:
+    """The trace file opened for reading; a ``TraceFileError`` if it is not a readable regular file."""
     try:
-        with path.open("rb") as f:
-            return _read(path, f, fmt, start_s, end_s, limit)
+        return open_input(path, MAX_TRACE_BYTES)
     except FileNotFoundError:
         raise TraceFileError(path, None, "no such trace file; paths are relative to the space file") from None
     except IsADirectoryError:
         raise TraceFileError(path, None, "is a directory, not a trace file") from None
     except PermissionError:
         raise TraceFileError(path, None, "cannot read the trace file: permission denied") from None
+    except NotRegularFile as e:
+        raise TraceFileError(path, None, f"{e} (a trace file)") from None
+    except OSError as e:
+        raise TraceFileError(path, None, f"cannot read the trace file: {e.strerror}") from None
+    except ValueError:  # a NUL byte in the path
+        raise TraceFileError(path, None, "not a valid file path") from None
 
 
-def _lines(path: Path, f: Any) -> Iterator[tuple[int, str]]:
-    """Non-blank lines with their 1-based numbers."""
-    for number, raw in enumerate(f, start=1):
+def _lines(path: Path, f: BinaryIO) -> Iterator[tuple[int, str]]:
+    """Non-blank lines with their 1-based numbers; a line over ``MAX_LINE_BYTES`` stops the
+    read before it is held in memory."""
+    number = 0
+    while raw := f.readline(MAX_LINE_BYTES + 1):
+        number += 1
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            raise TraceFileError(path, number, f"line longer than {MAX_LINE_BYTES >> 20} MiB; a trace line is "
+                                               "one request (JSONL or CSV)")
         try:
             text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
         except UnicodeDecodeError:
@@ -96,7 +123,7 @@ def _lines(path: Path, f: Any) -> Iterator[tuple[int, str]]:
             yield number, text.rstrip("\r\n")
 
 
-def _read(path: Path, f: Any, fmt: str, start_s: float, end_s: float | None,
+def _read(path: Path, f: BinaryIO, fmt: str, start_s: float, end_s: float | None,
           limit: int | None) -> tuple[str, list[TraceRow]]:
     lines = _lines(path, f)
     first = next(lines, None)
@@ -140,14 +167,14 @@ def _chain(first: tuple[int, str], rest: Iterator[tuple[int, str]]) -> Iterator[
 
 def _check_row(t: float, prev: float | None, prompt: int, output: int, fmt: str) -> None:
     if not math.isfinite(t) or t < 0:
-        raise _Bad(f"timestamp {t:g} is negative or not finite")
+        raise _Bad("timestamp is negative or not finite; expected seconds (ms for Mooncake) >= 0")
     if prev is not None and t < prev:
-        raise _Bad(f"timestamp {t:g} is before the previous request's {prev:g}; the trace must be sorted by time")
+        raise _Bad("timestamp is before the previous request's; the trace must be sorted by time")
     if prompt <= 0:
-        raise _Bad(f"zero-length prompt ({prompt} tokens); every request needs at least one prompt token")
+        raise _Bad("zero-length prompt; every request needs at least one prompt token")
     if output <= 0:
         hint = " (BurstGPT marks failed requests so: use BurstGPT_without_fails_*.csv)" if fmt == "burstgpt" else ""
-        raise _Bad(f"zero-length output ({output} tokens); every request must generate at least one token{hint}")
+        raise _Bad(f"zero-length output; every request must generate at least one token{hint}")
 
 
 Parsed = tuple[float, int, int, tuple[int, ...], RequestOptions | None]
@@ -160,14 +187,15 @@ def _detect(first_line: str) -> str:
             return "mooncake"
         if "prompt_tokens" in keys:
             return "autotune"
-        raise _Bad(f"unknown trace format: JSON keys {sorted(keys)} are neither autotune's (arrival_s, "
-                   "prompt_tokens, output_tokens) nor Mooncake's (timestamp, input_length, output_length)")
+        raise _Bad("unknown trace format: the JSON object has neither autotune's keys (arrival_s, "
+                   "prompt_tokens, output_tokens) nor Mooncake's (timestamp, input_length, output_length); "
+                   "set workload.trace.format")
     header = _csv_fields(first_line)
     if "TIMESTAMP" in header:
         return "azure"
     if "Timestamp" in header:
         return "burstgpt"
-    raise _Bad(f"unknown trace format: first line {first_line[:80]!r} is neither JSON nor an Azure "
+    raise _Bad("unknown trace format: the first line is neither JSON nor an Azure "
                "(TIMESTAMP,ContextTokens,GeneratedTokens) or BurstGPT (Timestamp,Request tokens,Response tokens) "
                "CSV header; set workload.trace.format")
 
@@ -182,14 +210,14 @@ def _parser(fmt: str, first_line: str) -> tuple[Callable[[str], Parsed], bool]:
     need = _CSV_COLUMNS[fmt]
     missing = [c for c in need if c not in header]
     if missing:
-        raise _Bad(f"missing column {missing[0]!r}: the {fmt} format needs {', '.join(need)}; header is {header}")
+        raise _Bad(f"missing column {missing[0]!r}: the {fmt} format needs a header with {', '.join(need)}")
     cols = [header.index(c) for c in need]
     to_time = _azure_time if fmt == "azure" else _number
 
     def parse(text: str) -> Parsed:
         fields = _csv_fields(text)
         if len(fields) != len(header):
-            raise _Bad(f"malformed line: {len(fields)} fields, the header has {len(header)}")
+            raise _Bad(f"malformed line: {len(fields)} fields, the header has {len(header)}")  # counts, not content
         t = to_time(need[0], fields[cols[0]])
         return t, _int(need[1], fields[cols[1]]), _int(need[2], fields[cols[2]]), (), None
 
@@ -200,7 +228,9 @@ def _autotune_line(text: str) -> Parsed:
     obj = _json_object(text)
     unknown = sorted(set(obj) - set(_AUTOTUNE_KEYS))
     if unknown:
-        raise _Bad(f"unknown key {unknown[0]!r}; the autotune format knows {', '.join(_AUTOTUNE_KEYS)}")
+        close = difflib.get_close_matches(unknown[0], _AUTOTUNE_KEYS, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""  # our name, not the file's
+        raise _Bad(f"unknown key; {hint}the autotune format knows {', '.join(_AUTOTUNE_KEYS)}")
     t = _number("arrival_s", _require(obj, "arrival_s"))
     prompt = _int("prompt_tokens", _require(obj, "prompt_tokens"))
     output = _int("output_tokens", _require(obj, "output_tokens"))
@@ -227,6 +257,10 @@ def _json_object(text: str) -> dict[str, Any]:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
         raise _Bad(f"malformed line: not JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise _Bad("malformed line: JSON nested too deeply; expected one flat object per line") from None
+    except ValueError:  # an integer of more than 4300 digits
+        raise _Bad("malformed line: a number out of range") from None
     if not isinstance(obj, dict):
         raise _Bad(f"malformed line: expected a JSON object, got {type(obj).__name__}")
     return obj
@@ -247,20 +281,31 @@ def _require(obj: dict[str, Any], key: str) -> Any:
 
 def _number(name: str, value: Any) -> float:
     if isinstance(value, bool):
-        raise _Bad(f"{name} must be a number, got {value!r}")
+        raise _Bad(f"{name} must be a number, got {_kind(value)}")
     try:
         return float(value)
-    except (TypeError, ValueError):
-        raise _Bad(f"{name} must be a number, got {str(value)[:40]!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise _Bad(f"{name} must be a number, got {_kind(value)}") from None
 
 
 def _int(name: str, value: Any) -> int:
     if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-        raise _Bad(f"{name} must be an integer, got {value!r}")
+        raise _Bad(f"{name} must be an integer, got {_kind(value)}")
     try:
         return int(value)
-    except (TypeError, ValueError):
-        raise _Bad(f"{name} must be an integer, got {str(value)[:40]!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise _Bad(f"{name} must be an integer, got {_kind(value)}") from None
+
+
+def _kind(value: Any) -> str:
+    """What a bad value is, in words: the value itself is file content and is never shown."""
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, float):
+        return "a fraction" if math.isfinite(value) else "a non-finite number"
+    if isinstance(value, str):
+        return "text" if value.strip() else "an empty field"
+    return {dict: "an object", list: "a list", type(None): "null"}.get(type(value), type(value).__name__)
 
 
 def _hash_ids(value: Any) -> tuple[int, ...]:
@@ -274,7 +319,7 @@ def _azure_time(name: str, value: str) -> float:
     try:
         when = datetime.fromisoformat(value)
     except ValueError:
-        raise _Bad(f"{name} {value[:40]!r} is not a date-time like 2023-11-16 18:15:46.6805900") from None
+        raise _Bad(f"{name} is not a date-time like 2023-11-16 18:15:46.6805900") from None
     if when.tzinfo is not None:
         when = when.astimezone(UTC).replace(tzinfo=None)
     return (when - _EPOCH).total_seconds()

@@ -32,9 +32,9 @@ class RequestOptions:
         for name in ("prompt_logprobs", "logprobs"):
             v = getattr(self, name)
             if v is not None and v < 0:
-                raise ValueError(f"{name} must be >= 0, got {v}")
+                raise ValueError(f"{name} must be >= 0")  # the value is file content: not quoted
         if self.n < 1:
-            raise ValueError(f"n must be >= 1, got {self.n}")
+            raise ValueError("n must be >= 1")
 
     @property
     def streamable(self) -> bool:

@@ -20,7 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, model_validator
 
 from autotune.results import GoodputSLO
-from autotune.workload.files import TraceRow, read_trace
+from autotune.workload.files import TraceRow, open_trace, read_trace
 
 Arrivals = Literal["closed", "poisson", "gamma", "trace"]
 # The key under which the space loader passes the space file's directory to validation:
@@ -130,7 +130,7 @@ class TraceSource(_Strict):
 
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
-    with path.open("rb") as f:
+    with open_trace(path) as f:  # the same checks as the read: a swapped-in FIFO is refused
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()

@@ -45,7 +45,7 @@ def _drop(key: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
 class Case:
     id: str
     expect: str  # must appear in the error line: the field or value at fault
-    space: Callable[[dict[str, Any]], dict[str, Any]] | str | None = None  # mutation, or raw file text
+    space: Callable[[dict[str, Any]], dict[str, Any]] | str | bytes | None = None  # mutation, or raw file content
     args: tuple[str, ...] = ()
     needs_ray: bool = False
     env: dict[str, str] = field(default_factory=dict)
@@ -113,6 +113,34 @@ CASES = [
     Case("storage-unset-env-var", "environment variable AUTOTUNE_NO_SUCH_VAR is not set",
          _set("study.storage", "postgresql+psycopg://u:${AUTOTUNE_NO_SUCH_VAR}@localhost/db")),
     Case("more-workers-than-gpu-groups", "--workers 3: the Ray cluster only has 2", args=("--workers", "3"), needs_ray=True),
+    # Hostile or careless input (issue 21): refused before anything is created.
+    Case("space-not-utf8", "line 1, column 14: not UTF-8 text", b"version: 1 # \xff\n"),
+    Case("space-is-dev-zero", "not a regular file", space=None, args=("--space", "/dev/zero")),
+    Case("space-is-a-directory", "cannot read: Is a directory", space=None, args=("--space", "/")),
+    Case("step-zero", "params.max_num_seqs: step (0) must be a number > 0",
+         _set("params.max_num_seqs", {"type": "int", "low": 8, "high": 64, "step": 0})),
+    Case("step-negative", "params.max_num_seqs: step (-8) must be a number > 0",
+         _set("params.max_num_seqs", {"type": "int", "low": 8, "high": 64, "step": -8})),
+    Case("step-does-not-divide", "step (0.04) does not divide high - low (0.18); set high to 0.96 or 1",
+         _set("params.gpu_memory_utilization", {"type": "float", "low": 0.80, "high": 0.98, "step": 0.04})),
+    Case("step-larger-than-range", "step (0.1) is larger than high - low (0.05)",
+         _set("params.gpu_memory_utilization", {"type": "float", "low": 0.90, "high": 0.95, "step": 0.1})),
+    Case("int-param-fractional", "int params need whole-number low, high and step",
+         _set("params.max_num_seqs", {"type": "int", "low": 8, "high": 64, "step": 2.5})),
+    Case("study-name-climbs-out", "study.name: '../../evil' is not a plain name", _set("study.name", "../../evil")),
+    Case("study-name-absolute", "study.name: '/tmp/evil' is not a plain name", _set("study.name", "/tmp/evil")),
+    Case("study-option-climbs-out", "--study: '../../evil' is not a plain name", args=("--study", "../../evil")),
+    Case("constraint-on-unsearched-flag", "constraints[0] names 'max_num_batched_tokens', which is neither searched",
+         _set("constraints", [{"left": "max_num_batched_tokens", "op": ">=", "right": 8192}])),
+    Case("did-you-mean-flag", "unknown vLLM flag 'max_num_seq'; did you mean 'max_num_seqs'?",
+         _set("params.max_num_seq", {"type": "int", "low": 8, "high": 64})),
+    Case("did-you-mean-key", "study.confirm.fnalists: unknown key; did you mean 'finalists'?",
+         _set("study.confirm", {"fnalists": 2})),
+    Case("trace-is-proc-environ", "/proc/self/environ: a /proc file, not a regular file",
+         _set("workload.trace", {"path": "/proc/self/environ", "format": "azure"}),
+         env={"HF_TOKEN": "hf_planted_secret_0123456789"}),
+    Case("trace-is-dev-zero", "/dev/zero: not a regular file", _set("workload.trace", {"path": "/dev/zero"})),
+    Case("trace-is-a-directory", "is a directory, not a trace file", _set("workload.trace", {"path": "/"})),
 ]
 
 
@@ -128,7 +156,10 @@ def assert_one_line_error(code: int, out: str, err: str, expect: str) -> None:
 def _prepare(case: Case, tmp_path: Path) -> tuple[list[str], Path]:
     out = tmp_path / "run"
     args = ["run", "--out", str(out), "--quiet"]
-    if isinstance(case.space, str):
+    if isinstance(case.space, bytes):
+        (tmp_path / "space.yaml").write_bytes(case.space)
+        args += ["--space", str(tmp_path / "space.yaml")]
+    elif isinstance(case.space, str):
         args += ["--space", str(write_space(tmp_path / "space.yaml", case.space))]
     elif case.space is not None:
         args += ["--space", str(write_space(tmp_path / "space.yaml", case.space(_base())))]
@@ -140,6 +171,8 @@ def _prepare(case: Case, tmp_path: Path) -> tuple[list[str], Path]:
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_bad_input_is_one_line_and_writes_nothing(case: Case, tmp_path, capsys, monkeypatch, request):
     monkeypatch.chdir(tmp_path)  # a default ./runs would land here, where we can see it
+    for k, v in case.env.items():
+        monkeypatch.setenv(k, v)
     args, out = _prepare(case, tmp_path)
     if case.needs_ray:
         # A real driver process on the session's Ray (4 logical GPUs = 2 groups of 2): an
@@ -151,8 +184,11 @@ def test_bad_input_is_one_line_and_writes_nothing(case: Case, tmp_path, capsys, 
     else:
         code, stdout, stderr = run_cli(args, capsys)
     assert_one_line_error(code, stdout, stderr, case.expect)
+    for secret in case.env.values():
+        assert secret not in stdout + stderr
     assert not out.exists(), f"a failed run created {out}: {sorted(p.name for p in out.iterdir())}"
     assert not (tmp_path / "runs").exists()
+    assert not (tmp_path.parent / "evil").exists() and not Path("/tmp/evil").exists()
 
 
 SUBPROCESS_CASES = ["malformed-yaml", "unknown-vllm-flag-param", "storage-wrong-driver", "trials-zero"]

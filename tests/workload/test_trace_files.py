@@ -97,7 +97,7 @@ BAD = [
     ("not-integer", "b.csv", BURSTGPT.replace("472,18", "47.5,18"), 2, "must be an integer"),
     ("bad-option", "t.jsonl", '{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 5, "n": 0}\n', 1, "n must be >= 1"),
     ("unknown-key", "t.jsonl", '{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 5, "temp": 1}\n', 1,
-     "unknown key 'temp'"),
+     "unknown key; the autotune format knows"),
 ]
 
 
