@@ -10,7 +10,7 @@ import yaml
 
 from autotune.errors import UserError
 from autotune.rundir import RunDir
-from autotune.study.storage import expand_url, open_storage
+from autotune.study.storage import check_sqlite_file, expand_url, open_storage, sqlite_path
 
 
 def find_run_dir(out: Path | None) -> RunDir:
@@ -57,7 +57,9 @@ def open_study(run_dir: RunDir, study: str | None, storage: str | None) -> optun
     if "***" in url:
         raise UserError("the study's storage URL holds a masked password; pass --storage URL (or use ${VAR} in the space)")
     url = expand_url(url, "--storage")
-    if url.startswith("sqlite:///") and not sqlite_study_ready(Path(url.removeprefix("sqlite:///"))):
+    if (db := sqlite_path(url)) is not None:
+        check_sqlite_file(db)  # a corrupted file is not "a study still being created"
+    if db is not None and not sqlite_study_ready(db):
         raise UserError(f"{run_dir.root}: the storage holds no study yet (a run may still be creating it); "
                         "try again in a moment")
     st = open_storage(url)

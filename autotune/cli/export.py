@@ -61,12 +61,16 @@ def export(
     path = output or run_dir.root / DEFAULT_FILE[format_]
     head = header(st.study_name, choice.trial.number, space.engine.backend, shown, choice.rule,
                   evidence_lines(choice, evidence, max_oom_per_1k, margin))
-    if format_ == "k8s":
-        write_atomic(path, k8s_manifests(space.engine.model, c.flags, space.engine.env, head, name=name, image=image,
-                                         secret_name=secret_name, cache_claim=cache_claim,
-                                         startup_timeout_s=space.engine.startup_timeout_s))
-    else:
-        write_config(path, space.engine.model, c.flags, head)
+    try:
+        if format_ == "k8s":
+            write_atomic(path, k8s_manifests(space.engine.model, c.flags, space.engine.env, head, name=name,
+                                             image=image, secret_name=secret_name, cache_claim=cache_claim,
+                                             startup_timeout_s=space.engine.startup_timeout_s))
+        else:
+            write_config(path, space.engine.model, c.flags, head)
+    except OSError as e:
+        option = "-o " if output is not None else ""
+        raise UserError(f"{option}{path}: cannot write the config ({e.strerror}); give a writable file path") from None
     typer.echo(f"trial {choice.trial.number}: {choice.rule}")
     typer.echo(f"  {ranked_summary(c, rank.metric)}")
     typer.echo(f"  {oom_line(c, max_oom_per_1k, choice.tier == SHOWN)}")

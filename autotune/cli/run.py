@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -9,7 +10,8 @@ import typer
 
 from autotune.cli.app import app
 from autotune.errors import UserError
-from autotune.space import load_space
+from autotune.rundir import RunDir, study_name_problem
+from autotune.space import SearchSpace, load_space
 
 
 @app.command()
@@ -30,7 +32,7 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", help="the same as --progress none")] = False,
 ) -> None:
     """Run (or resume) a multi-objective study: minimise OOMs per 1000 requests and p99 latency."""
-    from autotune.service import RunOptions, run_study
+    from autotune.service import RunOptions, run_study, study_name_for
 
     if trials is not None and trials <= 0:
         raise UserError(f"--trials {trials}: must be at least 1")
@@ -45,6 +47,7 @@ def run(
         sp = sp.model_copy(update={"engine": sp.engine.model_copy(update={"backend": backend})})
     if sampler is not None:
         sp = sp.model_copy(update={"study": sp.study.model_copy(update={"sampler": sampler})})
+    _check_study_name(study_name_for(sp, space, study), study, sp, space)
     from autotune.study.validate import validate_for_backend
 
     validate_for_backend(sp)
@@ -56,4 +59,24 @@ def run(
         f"{summary.n_rejected} rejected without launch; Pareto trials {summary.pareto}; "
         f"{summary.wall_s:.1f}s on {summary.workers} worker(s)"
     )
-    typer.echo(f"next: autotune status --out {summary.run_dir}   |   autotune export --out {summary.run_dir}")
+    typer.echo(f"next: {next_command('status', summary.run_dir, summary.study)}   |   "
+               f"{next_command('export', summary.run_dir, summary.study)}")
+
+
+def _check_study_name(name: str, given: str | None, sp: SearchSpace, space: Path) -> None:
+    """The study name names the default run directory runs/<name>: refuse one that is a path."""
+    problem = study_name_problem(name)
+    if problem:
+        where = "--study" if given else "study.name" if sp.study.name else f"--space {space} (the file's stem)"
+        raise UserError(f"{where}: {problem}")
+
+
+def next_command(command: str, run_dir: Path, study: str) -> str:
+    """``autotune COMMAND`` for the study just run, complete enough to work as printed: it names
+    the study unless the run directory's saved space does (status/export look there)."""
+    from autotune.cli.common import saved_space
+
+    args = ["autotune", command, "--out", str(run_dir)]
+    if (saved_space(RunDir(run_dir)).get("study") or {}).get("name") != study:
+        args += ["--study", study]
+    return shlex.join(args)

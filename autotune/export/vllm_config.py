@@ -8,8 +8,12 @@ boolean is written as ``no-<flag>: true``, which becomes ``--no-<flag>``.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import errno
+import os
 import shlex
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -61,11 +65,27 @@ def write_config(path: Path, model: str, flags: dict[str, Any], head: str) -> st
 
 
 def write_atomic(path: Path, text: str) -> str:
-    """Write ``text`` to ``path`` through a temporary file: never a half-written config."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    """Write ``text`` to ``path`` through a temporary file: never a half-written config, and
+    on any failure (a read-only directory, ``path`` a directory, a full disk) no temporary
+    file left behind and ``path`` as it was. Raises the OSError."""
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # a file where a directory of the path should be
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path.parent)) from None
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would surprise whoever deploys the file
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return text
 
 

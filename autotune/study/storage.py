@@ -12,9 +12,11 @@ import functools
 import logging
 import os
 import re
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import optuna
@@ -169,9 +171,55 @@ def check_url(url: str) -> None:
         ) from None
 
 
+_OPTUNA_TABLES = {"studies", "trials", "alembic_version"}
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a ``sqlite:///`` URL (None for other databases and in-memory SQLite)."""
+    if not url.startswith("sqlite:///") or url in ("sqlite:///", "sqlite:///:memory:"):
+        return None
+    return Path(url.removeprefix("sqlite:///").split("?", 1)[0])
+
+
+def check_sqlite_file(db: Path) -> None:
+    """Refuse, with one line, an existing file that is not a readable SQLite/Optuna database
+    (corrupted, truncated, some other file, another program's database).
+
+    Opening it with Optuna would fail deep inside (a traceback) or, for another program's
+    database, add Optuna's tables to it. Read-only, so the file is never changed; a database
+    another process holds locked or is still creating is not judged here.
+    """
+    try:
+        if not db.is_file() or db.stat().st_size == 0:
+            return
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    except (OSError, sqlite3.Error):
+        return  # unreadable paths are reported by whoever opens them
+    try:
+        ok = con.execute("PRAGMA quick_check").fetchone()
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.OperationalError:
+        return  # locked or busy: a live driver's database
+    except sqlite3.DatabaseError as e:  # "file is not a database", "database disk image is malformed"
+        raise _not_optuna_db(db, str(e)) from None
+    finally:
+        con.close()
+    if not ok or ok[0] != "ok":
+        raise _not_optuna_db(db, "its integrity check fails")
+    if tables and not tables & _OPTUNA_TABLES:
+        raise _not_optuna_db(db, "a SQLite database without Optuna's tables")
+
+
+def _not_optuna_db(db: Path, reason: str) -> UserError:
+    return UserError(f"{db}: not a readable SQLite/Optuna database ({reason}); move it aside (or restore it from "
+                     "a backup) and run again; nothing was written to it")
+
+
 def open_storage(url: str, retries: int = 5) -> optuna.storages.RDBStorage:
     """Open (and on first use, create) an Optuna RDB storage; one line on failure."""
     check_url(url)
+    if (db := sqlite_path(url)) is not None:
+        check_sqlite_file(db)
     last: Exception | None = None
     for attempt in range(retries):
         try:

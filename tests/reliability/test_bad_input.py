@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import os
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -277,3 +278,104 @@ def test_export_and_status_bad_input(finished_study, tmp_path, capsys):
     assert not (tmp_path / "nothing").exists()
     code, o, e = run_cli(["status", "--out", str(out), "--study", "nope"], capsys)
     assert_one_line_error(code, o, e, "--study nope: no such study")
+
+
+def _stray(root: Path) -> list[str]:
+    return sorted(str(p) for p in root.rglob("*.tmp"))
+
+
+@pytest.mark.parametrize("target", ["directory", "read-only", "under-a-file"])
+def test_export_onto_an_unwritable_path_is_one_line_and_leaves_nothing(finished_study, tmp_path, capsys, target):
+    """Used to be a traceback that left <out>.tmp behind."""
+    _, out = finished_study
+    if target == "directory":
+        dest = tmp_path / "adir"
+        dest.mkdir()
+        reason = "Is a directory"
+    elif target == "read-only":
+        dest = Path("/sys/autotune-export.yaml")  # read-only even for root
+        if not Path("/sys").is_dir() or os.access("/sys", os.W_OK) and not Path("/sys/kernel").is_dir():
+            pytest.skip("no read-only /sys here")
+        reason = "Permission denied"
+    else:
+        (tmp_path / "a_file").write_text("x")
+        dest = tmp_path / "a_file" / "vllm.yaml"
+        reason = "Not a directory"
+    before = _stray(out)
+    for fmt in ("vllm", "k8s"):
+        code, o, e = run_cli(["export", "--out", str(out), "-o", str(dest), "--format", fmt], capsys)
+        assert_one_line_error(code, o, e, f"-o {dest}: cannot write the config ({reason})")
+    assert _stray(tmp_path) == [] and _stray(out) == before
+    assert (tmp_path / "a_file").read_text() == "x" if target == "under-a-file" else True
+
+
+def test_export_replaces_a_file_atomically(finished_study, tmp_path, capsys):
+    _, out = finished_study
+    dest = tmp_path / "cfg.yaml"
+    dest.write_text("old\n")
+    code, o, e = run_cli(["export", "--out", str(out), "-o", str(dest)], capsys)
+    assert code == 0, e
+    assert dest.read_text().startswith("# vLLM serving config") and sorted(p.name for p in tmp_path.iterdir()) == [
+        "cfg.yaml"]
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_corrupted_optuna_db_is_one_line_and_left_alone(finished_study, ray_cluster, tmp_path, capsys, damage):
+    """`run` used to print "database disk image is malformed" with a traceback, `status`
+    "holds no study yet, try again in a moment"."""
+    import shutil
+
+    space, out0 = finished_study
+    out = tmp_path / "run"
+    shutil.copytree(out0, out)
+    db = out / "optuna.db"
+    raw = db.read_bytes()
+    db.write_bytes(b"this is not sqlite\n" * 64 if damage == "garbage" else raw[: len(raw) // 3])
+    before = _digest([db, out / "mlflow.db"])
+    expect = f"{db}: not a readable SQLite/Optuna database"
+    for args in (["status", "--out", str(out)], ["export", "--out", str(out)],
+                 ["run", "--space", str(space), "--out", str(out), "--quiet", "--address", ray_cluster]):
+        code, o, e = run_cli(args, capsys)
+        assert_one_line_error(code, o, e, expect)
+    assert _digest([db, out / "mlflow.db"]) == before
+
+
+def test_printed_next_commands_work(ray_cluster, tmp_path):
+    """`--study plainname --out D` used to print `next: autotune status --out D`, which exits 2
+    (the saved space names another study)."""
+    import shlex
+
+    space = write_space(tmp_path / "space.yaml", _base())  # study.name: bad
+    out = tmp_path / "D"
+    p = subprocess.run([AUTOTUNE, "run", "--space", str(space), "--study", "plainname", "--out", str(out), "--quiet",
+                        "--address", ray_cluster], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                       env=child_env())
+    assert p.returncode == 0, p.stderr[-2000:]
+    nxt = [line for line in p.stdout.splitlines() if line.startswith("next: ")]
+    assert len(nxt) == 1
+    commands = [shlex.split(c) for c in nxt[0].removeprefix("next: ").split("   |   ")]
+    assert [c[:2] for c in commands] == [["autotune", "status"], ["autotune", "export"]]
+    for argv in commands:
+        q = subprocess.run([AUTOTUNE, *argv[1:]], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                           env=child_env())
+        assert q.returncode == 0, f"{argv}: {q.stderr[-2000:]}"
+
+
+def test_no_study_hint_is_a_command_that_works(ray_cluster, tmp_path, capsys):
+    """The hint names --space (the one option `run` cannot do without); with the user's file
+    in place of SPACE.yaml it creates the study the other commands were looking for."""
+    import shlex
+
+    from autotune.rundir import SPACE_PLACEHOLDER
+
+    out = tmp_path / "nothing yet"
+    code, o, e = run_cli(["status", "--out", str(out)], capsys)
+    assert_one_line_error(code, o, e, "no study here; create one with: autotune run --space")
+    argv = shlex.split(e.strip().split("create one with: ", 1)[1])
+    space = write_space(tmp_path / "space.yaml", noop_space("hint", trials=1))
+    argv = [str(space) if a == SPACE_PLACEHOLDER else a for a in argv]
+    p = subprocess.run([AUTOTUNE, *argv[1:], "--quiet", "--address", ray_cluster], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path, env=child_env())
+    assert p.returncode == 0, p.stderr[-2000:]
+    code, o, e = run_cli(["status", "--out", str(out)], capsys)
+    assert code == 0, e
