@@ -116,6 +116,11 @@ CASES = [
     Case("more-workers-than-gpu-groups", "--workers 3: the Ray cluster only has 2", args=("--workers", "3"), needs_ray=True),
     # Hostile or careless input (issue 21): refused before anything is created.
     Case("space-not-utf8", "line 1, column 14: not UTF-8 text", b"version: 1 # \xff\n"),
+    Case("yaml-alias-bomb", "the YAML expands to more than 100000 values",
+         "a: &a [x,x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+         "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\nversion: 1\n"),
+    Case("yaml-cyclic-alias", "or 40 levels", "version: 1\nparams: &p\n  x: *p\n"),
+    Case("yaml-huge-int", "malformed YAML: a value out of range", "version: 1\nx: " + "9" * 5000 + "\n"),
     Case("space-is-dev-zero", "not a regular file", space=None, args=("--space", "/dev/zero")),
     Case("space-is-a-directory", "cannot read: Is a directory", space=None, args=("--space", "/")),
     Case("step-zero", "params.max_num_seqs: step (0) must be a number > 0",
