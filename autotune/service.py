@@ -8,8 +8,12 @@ that can refuse the run is checked before anything is written.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,41 +75,110 @@ def run_study(space: SearchSpace, space_path: Path, opts: RunOptions) -> RunSumm
     run_dir = RunDir(opts.out or Path("runs") / name)
     seed = space.study.seed if opts.seed is None else opts.seed
     mode = _progress_mode(opts.progress)
+    _refuse_if_held(run_dir)  # before starting Ray: a second driver is refused in a second, not ten
     info, n_workers = _preflight(space, opts, seed)
     try:
         run_dir.ensure()
-        storage_url = expand_url(space.study.storage) if space.study.storage else run_dir.optuna_url
-        mlflow_uri = space.study.mlflow_tracking_uri
-        mlflow_uri = expand_url(mlflow_uri, "study.mlflow_tracking_uri") if mlflow_uri else run_dir.mlflow_url
-        opened = open_study(space, name, open_storage(storage_url), search_sampler(space, seed))
-        if opened.first_open:
-            run_dir.space_copy.write_text(yaml.safe_dump(_masked_space(space, space_path), sort_keys=False))
-        target = opts.trials or space.study.trials
-        g, c = space.cluster.gpus_per_worker, space.cluster.cpus_per_worker
-        callbacks: list[Callback] = [
-            TrialFiles(run_dir),
-            MlflowLogger(mlflow_uri, run_dir, _invocation_params(space, name, target, n_workers, seed, run_dir),
-                         {"backend": space.engine.backend}),
-        ]
-        if mode != "none":
-            callbacks.append(Progress(
-                f"backend {space.engine.backend}, {n_workers} worker(s) x {g} GPU(s), sampler {space.study.sampler}; "
-                f"run dir {run_dir.root}", mode))
-        pool = WorkerPool(space.engine.backend, n_workers, g, c, _backend_kwargs(space, opts))
-        loop = TrialLoop(
-            opened.study, space, pool,
-            target=target, seed=seed, callbacks=callbacks, stale_after_s=opts.stale_after_s,
-            secrets=secret_values(space.engine.env, [space.study.storage, space.study.mlflow_tracking_uri,
-                                                     storage_url, mlflow_uri]),
-        )
-        if mode != "none":  # workers are polled only when someone shows their progress
-            pool.on_progress = loop.trial_progress
-        res = loop.run()
+        with _driver_lock(run_dir):
+            return _run_locked(space, space_path, opts, name, run_dir, seed, mode, n_workers, t0)
     finally:
         disconnect(info)
+
+
+def _run_locked(space: SearchSpace, space_path: Path, opts: RunOptions, name: str, run_dir: RunDir, seed: int,
+                mode: str, n_workers: int, t0: float) -> RunSummary:
+    """The run itself, by the one driver holding the run directory's lock: the stores are
+    created and written here only."""
+    storage_url = expand_url(space.study.storage) if space.study.storage else run_dir.optuna_url
+    mlflow_uri = space.study.mlflow_tracking_uri
+    mlflow_uri = expand_url(mlflow_uri, "study.mlflow_tracking_uri") if mlflow_uri else run_dir.mlflow_url
+    opened = open_study(space, name, open_storage(storage_url), search_sampler(space, seed))
+    if opened.first_open:
+        run_dir.space_copy.write_text(yaml.safe_dump(_masked_space(space, space_path), sort_keys=False))
+    target = opts.trials or space.study.trials
+    g, c = space.cluster.gpus_per_worker, space.cluster.cpus_per_worker
+    callbacks: list[Callback] = [
+        TrialFiles(run_dir),
+        MlflowLogger(mlflow_uri, run_dir, _invocation_params(space, name, target, n_workers, seed, run_dir),
+                     {"backend": space.engine.backend}),
+    ]
+    if mode != "none":
+        callbacks.append(Progress(
+            f"backend {space.engine.backend}, {n_workers} worker(s) x {g} GPU(s), sampler {space.study.sampler}; "
+            f"run dir {run_dir.root}", mode))
+    pool = WorkerPool(space.engine.backend, n_workers, g, c, _backend_kwargs(space, opts))
+    loop = TrialLoop(
+        opened.study, space, pool,
+        target=target, seed=seed, callbacks=callbacks, stale_after_s=opts.stale_after_s,
+        secrets=secret_values(space.engine.env, [space.study.storage, space.study.mlflow_tracking_uri,
+                                                 storage_url, mlflow_uri]),
+    )
+    if mode != "none":  # workers are polled only when someone shows their progress
+        pool.on_progress = loop.trial_progress
+    res = loop.run()
     t = res.tally
     return RunSummary(name, run_dir.root, t.complete, t.failed, t.rejected, pareto_numbers(opened.study), n_workers,
                       time.time() - t0, res.launched)
+
+
+# One driver per run directory. Two drivers on one fresh directory race to create its
+# SQLite stores (MLflow's schema migration fails in one of them), and two on one study
+# would both write its trial files and its MLflow runs. Drivers that share a study do so
+# through a shared database, each with its own --out.
+LOCK_NAME = "driver.lock"
+
+
+@contextmanager
+def _driver_lock(run_dir: RunDir) -> Iterator[None]:
+    """Hold the run directory's advisory lock (``flock``) while the run lasts.
+
+    The kernel releases it when the process ends, however it ends (a SIGKILL included), so
+    a stale lock never blocks; the file stays (deleting it would let a third driver lock a
+    new file while a second still holds the old one) and holds the last holder's pid.
+    """
+    path = run_dir.root / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by children (PEP 446)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(_held_message(run_dir, path)) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+        yield
+    finally:
+        os.close(fd)
+
+
+def _refuse_if_held(run_dir: RunDir) -> None:
+    """Refuse now if a live driver holds the run directory (creates nothing)."""
+    path = run_dir.root / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # no lock file yet (or unreadable): _driver_lock decides
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise UserError(_held_message(run_dir, path)) from None
+    finally:
+        os.close(fd)
+
+
+def _held_message(run_dir: RunDir, path: Path) -> str:
+    holder = ""
+    for _ in range(20):  # the holder writes its pid just after locking
+        try:
+            holder = path.read_text().strip()
+        except OSError:
+            break
+        if holder:
+            break
+        time.sleep(0.05)
+    pid, _, host = holder.partition(" ")
+    who = f"pid {pid}" + (f" on {host}" if host and host != socket.gethostname() else "") if pid else "another process"
+    return (f"--out {run_dir.root}: another autotune run ({who}) is running on this run directory; "
+            "wait for it to end, or stop it, then run again (to share a study between drivers, give each its own --out)")
 
 
 def _progress_mode(progress: str | bool) -> str:

@@ -176,13 +176,40 @@ class MlflowTracker:
 
 def _create_store(tracking_uri: str, artifact_root: Path) -> None:
     """Create a database store with the run directory's artifact root before any client
-    opens it: a client creates it with ``./mlruns`` as the root of ``Default``."""
+    opens it: a client creates it with ``./mlruns`` as the root of ``Default``.
+
+    A SQLite store is built under a temporary name and renamed into place: MLflow's
+    schema migrations take seconds, and a driver killed among them would leave a store
+    no later run can open ("table ... already exists"). The caller holds the run
+    directory's lock, so a temporary file left by a killed driver is stale.
+    """
     if tracking_uri.split(":", 1)[0].split("+", 1)[0] not in _DB_SCHEMES:
         return
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
     artifact_root.mkdir(parents=True, exist_ok=True)
-    SqlAlchemyStore(tracking_uri, artifact_root.resolve().as_uri()).engine.dispose()
+    root_uri = artifact_root.resolve().as_uri()
+    db = _sqlite_file(tracking_uri)
+    if db is None:  # a database server: created once by whoever set it up
+        SqlAlchemyStore(tracking_uri, root_uri).engine.dispose()
+        return
+    for stale in db.parent.glob(f".{db.name}.*.tmp"):
+        stale.unlink(missing_ok=True)
+    if db.exists():
+        return
+    tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
+    try:
+        SqlAlchemyStore(f"sqlite:///{tmp}", root_uri).engine.dispose()
+        os.replace(tmp, db)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _sqlite_file(tracking_uri: str) -> Path | None:
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    path = tracking_uri.removeprefix("sqlite:///").split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" else None
 
 
 def _param_str(v: Any) -> str:
