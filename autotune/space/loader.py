@@ -23,8 +23,9 @@ MAX_SPACE_BYTES = 4 << 20
 # or a cyclic one; validation would walk every copy.
 MAX_SPACE_NODES = 100_000
 MAX_SPACE_DEPTH = 40
-# A YAML problem may quote a token of the file (an alias, a tag); only short ones (',', '}') stay.
-_QUOTED = re.compile(r"'[^']{4,}'|\"[^\"]{4,}\"")
+# A YAML problem may quote a token of the file (an alias, a tag): a quoted word of 4+ characters.
+# Short ones (',', '}', '\t') and the prose between two quotes (`',' or '}'`) stay.
+_QUOTED = re.compile(r"'[^'\s]{4,}'|\"[^\"\s]{4,}\"")
 
 
 def _format_validation_error(path: Path, err: ValidationError) -> str:

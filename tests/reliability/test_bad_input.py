@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
+import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -103,7 +104,7 @@ CASES = [
          _set("study.strategy.model_profile", "missing.yaml")),
     Case("screen-candidates-one", "study.strategy.screen_candidates: Input should be greater than or equal to 2",
          _set("study.strategy.screen_candidates", 1)),
-    Case("progress-and-quiet", "--progress loud and --quiet: pass one of them", args=("--progress", "loud")),
+    Case("progress-and-quiet", "--progress plain and --quiet: pass one of them", args=("--progress", "plain")),
     Case("space-file-missing", "no such file", space=None, args=("--space", "/nonexistent/space.yaml")),
     Case("storage-wrong-driver", "database driver 'mysql' not available", _set("study.storage", "mysql://u@localhost/db")),
     Case("storage-unknown-dialect", "database driver 'cockroach' not available",
@@ -150,6 +151,27 @@ CASES = [
 ]
 
 
+DOC = Path(__file__).resolve().parents[2] / "docs" / "bad_input.md"
+
+
+def documented_messages() -> list[re.Pattern[str]]:
+    """docs/bad_input.md's messages (the last column's `error: ...`), ``...`` read as "anything"."""
+    out = []
+    for row in DOC.read_text().splitlines():
+        if not row.startswith("|"):
+            continue
+        m = re.search(r"`(error: [^`]*)`", row.rsplit(" | ", 1)[-1])
+        if m:
+            out.append(re.compile(".*".join(re.escape(part) for part in m[1].split("..."))))
+    return out
+
+
+def assert_documented(line: str, tmp_path: Path) -> None:
+    """The line the user saw is in the catalogue, word for word (DIR for the test's directory)."""
+    line = line.replace(str(tmp_path), "DIR")
+    assert any(p.fullmatch(line) for p in documented_messages()), f"not in docs/bad_input.md: {line}"
+
+
 def assert_one_line_error(code: int, out: str, err: str, expect: str) -> None:
     assert code == 2, f"exit {code}; stderr: {err[-2000:]}"
     assert "Traceback" not in err and "Traceback" not in out
@@ -190,6 +212,7 @@ def test_bad_input_is_one_line_and_writes_nothing(case: Case, tmp_path, capsys, 
     else:
         code, stdout, stderr = run_cli(args, capsys)
     assert_one_line_error(code, stdout, stderr, case.expect)
+    assert_documented(stderr.strip(), tmp_path)
     for secret in case.env.values():
         assert secret not in stdout + stderr
     assert not out.exists(), f"a failed run created {out}: {sorted(p.name for p in out.iterdir())}"
@@ -280,6 +303,7 @@ def test_export_and_status_bad_input(finished_study, tmp_path, capsys):
     assert_one_line_error(code, o, e, "--max-oom-per-1k -1.0: must be >= 0")
     code, o, e = run_cli(["status", "--out", str(tmp_path / "nothing")], capsys)
     assert_one_line_error(code, o, e, "no study here")
+    assert_documented(e.strip(), tmp_path)
     assert not (tmp_path / "nothing").exists()
     code, o, e = run_cli(["status", "--out", str(out), "--study", "nope"], capsys)
     assert_one_line_error(code, o, e, "--study nope: no such study")
@@ -310,6 +334,7 @@ def test_export_onto_an_unwritable_path_is_one_line_and_leaves_nothing(finished_
     for fmt in ("vllm", "k8s"):
         code, o, e = run_cli(["export", "--out", str(out), "-o", str(dest), "--format", fmt], capsys)
         assert_one_line_error(code, o, e, f"-o {dest}: cannot write the config ({reason})")
+        assert_documented(e.strip(), tmp_path)
     assert _stray(tmp_path) == [] and _stray(out) == before
     assert (tmp_path / "a_file").read_text() == "x" if target == "under-a-file" else True
 
@@ -342,6 +367,7 @@ def test_corrupted_optuna_db_is_one_line_and_left_alone(finished_study, ray_clus
                  ["run", "--space", str(space), "--out", str(out), "--quiet", "--address", ray_cluster]):
         code, o, e = run_cli(args, capsys)
         assert_one_line_error(code, o, e, expect)
+        assert_documented(e.strip(), tmp_path)
     assert _digest([db, out / "mlflow.db"]) == before
 
 
