@@ -51,6 +51,7 @@ class Case:
     args: tuple[str, ...] = ()
     needs_ray: bool = False
     env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)  # written next to the space first
 
 
 SIM = {"engine": {"backend": "sim", "model": "Qwen/Qwen2.5-7B-Instruct", "gpu": "A100-80GB",
@@ -148,6 +149,19 @@ CASES = [
          env={"HF_TOKEN": "hf_planted_secret_0123456789"}),
     Case("trace-is-dev-zero", "/dev/zero: not a regular file", _set("workload.trace", {"path": "/dev/zero"})),
     Case("trace-is-a-directory", "is a directory, not a trace file", _set("workload.trace", {"path": "/"})),
+    Case("trace-line-too-long", "big.jsonl line 1: line longer than 1 MiB", _set("workload.trace", {"path": "big.jsonl"}),
+         files={"big.jsonl": '{"arrival_s": 0, "pad": "' + "A" * (1 << 20) + '"}\n'}),
+    Case("trace-field-not-a-number", "t.jsonl line 1: arrival_s must be a number, got text",
+         _set("workload.trace", {"path": "t.jsonl"}),
+         files={"t.jsonl": '{"arrival_s": "hf_planted_secret_0123456789", "prompt_tokens": 5, "output_tokens": 5}\n'},
+         env={"HF_TOKEN": "hf_planted_secret_0123456789"}),
+    Case("trace-key-near-miss", "t.jsonl line 1: unknown key; did you mean 'prompt_logprobs'?",
+         _set("workload.trace", {"path": "t.jsonl"}),
+         files={"t.jsonl": '{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 5, "prompt_logprob": 1}\n'}),
+    Case("unknown-flag-nothing-close", "unknown vLLM flag 'colour'; params are named", _set("params.colour", {"type": "bool"})),
+    Case("space-too-large", "larger than the 4 MiB limit", "version: 1\n" + "# padding\n" * 500_000),
+    Case("yaml-python-tag", "could not determine a constructor for the tag '...'",
+         "version: 1\nx: !!python/object/apply:os.system ['echo hi']\n"),
 ]
 
 
@@ -201,6 +215,8 @@ def test_bad_input_is_one_line_and_writes_nothing(case: Case, tmp_path, capsys, 
     monkeypatch.chdir(tmp_path)  # a default ./runs would land here, where we can see it
     for k, v in case.env.items():
         monkeypatch.setenv(k, v)
+    for name, text in case.files.items():
+        (tmp_path / name).write_text(text)
     args, out = _prepare(case, tmp_path)
     if case.needs_ray:
         # A real driver process on the session's Ray (4 logical GPUs = 2 groups of 2): an
