@@ -171,9 +171,6 @@ def check_url(url: str) -> None:
         ) from None
 
 
-_OPTUNA_TABLES = {"studies", "trials", "alembic_version"}
-
-
 def sqlite_path(url: str) -> Path | None:
     """The file of a ``sqlite:///`` URL (None for other databases and in-memory SQLite)."""
     if not url.startswith("sqlite:///") or url in ("sqlite:///", "sqlite:///:memory:"):
@@ -183,11 +180,11 @@ def sqlite_path(url: str) -> Path | None:
 
 def check_sqlite_file(db: Path) -> None:
     """Refuse, with one line, an existing file that is not a readable SQLite/Optuna database
-    (corrupted, truncated, some other file, another program's database).
+    (corrupted, truncated, some other file).
 
-    Opening it with Optuna would fail deep inside (a traceback) or, for another program's
-    database, add Optuna's tables to it. Read-only, so the file is never changed; a database
-    another process holds locked or is still creating is not judged here.
+    Opening it with Optuna would fail deep inside, with a traceback. Read-only, so the file
+    is never changed; a database another process holds locked or is still creating (tables
+    not all there yet) is not judged here.
     """
     try:
         if not db.is_file() or db.stat().st_size == 0:
@@ -197,7 +194,6 @@ def check_sqlite_file(db: Path) -> None:
         return  # unreadable paths are reported by whoever opens them
     try:
         ok = con.execute("PRAGMA quick_check").fetchone()
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.OperationalError:
         return  # locked or busy: a live driver's database
     except sqlite3.DatabaseError as e:  # "file is not a database", "database disk image is malformed"
@@ -206,8 +202,6 @@ def check_sqlite_file(db: Path) -> None:
         con.close()
     if not ok or ok[0] != "ok":
         raise _not_optuna_db(db, "its integrity check fails")
-    if tables and not tables & _OPTUNA_TABLES:
-        raise _not_optuna_db(db, "a SQLite database without Optuna's tables")
 
 
 def _not_optuna_db(db: Path, reason: str) -> UserError:
