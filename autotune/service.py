@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from autotune.calibrate import search_sampler
-from autotune.errors import UserError
+from autotune.errors import UserError, no_space_error
 from autotune.rundir import RunDir
 from autotune.security import mask_env, mask_url, secret_values
 from autotune.space import SearchSpace, space_fingerprint
@@ -81,8 +81,21 @@ def run_study(space: SearchSpace, space_path: Path, opts: RunOptions) -> RunSumm
         run_dir.ensure()
         with _driver_lock(run_dir):
             return _run_locked(space, space_path, opts, name, run_dir, seed, mode, n_workers, t0)
+    except Exception as e:
+        full = no_space_error(e)
+        if full is None or isinstance(e, UserError):
+            raise
+        raise UserError(_no_space_message(full, run_dir)) from None
     finally:
         disconnect(info)
+
+
+def _no_space_message(full: BaseException, run_dir: RunDir) -> str:
+    """One line for a full disk, naming what could not be written. SQLite's error names no
+    file; the run directory holds its stores (or study.storage names them)."""
+    path = getattr(full, "filename", None) or run_dir.root
+    return (f"no space left on device writing {path}; free space there and run the same command again: "
+            "the study resumes where it stopped (completed trials are kept, MLflow is repaired)")
 
 
 def _run_locked(space: SearchSpace, space_path: Path, opts: RunOptions, name: str, run_dir: RunDir, seed: int,

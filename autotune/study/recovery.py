@@ -61,7 +61,12 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def driver_gone(owner: str | None, heartbeats: dict[str, float], stale_after_s: float, now: float) -> bool:
+def driver_gone(owner: str | None, heartbeats: dict[str, float], stale_after_s: float, now: float,
+                started_at: float | None = None) -> bool:
+    """Whether the driver ``owner`` is gone: same host and its process ended, or no heartbeat
+    for ``stale_after_s``. ``started_at``: when the thing it owns was made, for things made
+    before a driver's first heartbeat (its MLflow invocation run): until ``stale_after_s``
+    after that, a driver with no heartbeat yet is not taken for dead."""
     if not owner:
         return True
     d = DriverId.parse(owner)
@@ -69,7 +74,7 @@ def driver_gone(owner: str | None, heartbeats: dict[str, float], stale_after_s: 
         return True
     if d.host == socket.gethostname() and not _pid_alive(d.pid):
         return True
-    last = heartbeats.get(owner)
+    last = heartbeats.get(owner, started_at)
     return last is None or now - last > stale_after_s
 
 
@@ -204,6 +209,13 @@ class Coordinator:
             elif s == State.RUNNING and t.system_attrs.get(DRIVER_ATTR) != mine:
                 c.running_elsewhere += 1
         return c
+
+    def gone(self, owner: str | None, started_at: float | None = None) -> bool:
+        """Whether ``owner`` is a driver that is gone (never this one); see :func:`driver_gone`."""
+        if owner == str(self.me):
+            return False
+        beats = with_retries(lambda: heartbeats(self.study), "heartbeats")
+        return driver_gone(owner, beats, self.stale_after_s, time.time(), started_at)
 
     def mine_or_orphaned(self, trials: list[FrozenTrial]) -> list[FrozenTrial]:
         """The trials this driver may act for (log): its own, and those of dead drivers."""

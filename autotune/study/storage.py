@@ -24,7 +24,7 @@ import sqlalchemy.exc
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
-from autotune.errors import UserError
+from autotune.errors import UserError, no_space_error
 from autotune.security import mask_url
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,8 @@ _TRANSIENT = _transient_types()
 
 def is_transient(e: BaseException) -> bool:
     """A lost connection or a database that is briefly away, possibly wrapped by Optuna."""
+    if no_space_error(e) is not None:
+        return False  # a full disk (SQLite reports it as an OperationalError): retrying cannot help
     seen: set[int] = set()
     cur: BaseException | None = e
     while cur is not None and id(cur) not in seen:

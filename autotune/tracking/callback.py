@@ -2,7 +2,10 @@
 
 Child runs are created after Optuna is told (``on_trial_end``) and keyed by trial number,
 so a resumed driver logs each told-but-unlogged trial once and never one twice; trials a
-live driver sharing the study told are that driver's to log.
+live driver sharing the study told are that driver's to log. A resumed driver also
+repairs what a dead one left half-written: a child run left RUNNING (killed, or the disk
+filled, mid-log) is deleted and logged again from Optuna's record, and an invocation run
+left RUNNING is marked KILLED.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from autotune.study.callbacks import Callback, StudyContext
 from autotune.study.pareto import pareto_numbers
 from autotune.study.record import Role, TrialRecord, records
 from autotune.study.trial_files import existing_files
-from autotune.tracking.mlflow_tracker import MlflowTracker
+from autotune.tracking.mlflow_tracker import DRIVER_TAG, MlflowTracker
 from autotune.tracking.report import tag_recommendation, trial_log, write_plots
 from autotune.tracking.views import experiment_tags
 
@@ -43,8 +46,9 @@ class MlflowLogger(Callback):
                                       own_store=self.tracking_uri == self.run_dir.mlflow_url)
         self._tracker.set_experiment_tags(
             experiment_tags(ctx.space, name, self._tracker.experiment_id, self._tracker.created_ms))
+        self._close_dead_invocations()
         self._log_untracked()
-        self._tracker.start_invocation(self.params, self.tags)
+        self._tracker.start_invocation(self.params, {**self.tags, DRIVER_TAG: str(ctx.coordinator.me)})
 
     def on_trial_end(self, record: TrialRecord, result: TrialResult | None) -> None:
         self._log(record)
@@ -75,12 +79,24 @@ class MlflowLogger(Callback):
         self.logged[record.number] = tracker.log_trial(log, repeated)
 
     def _log_untracked(self) -> None:
-        """Trials told by an earlier driver that died before logging them to MLflow."""
+        """Trials told by an earlier driver that died before logging them to MLflow in full:
+        not logged at all, or a run left unfinished, which is deleted and logged again."""
         ctx, tracker = self._parts()
-        self.logged = {**tracker.logged_trials(), **self.logged}
+        runs = tracker.trial_runs()
+        self.logged = {**runs.finished, **self.logged}
         told = ctx.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
-        for t in ctx.coordinator.mine_or_orphaned([t for t in told if t.number not in self.logged]):
+        todo = [t for t in told if t.number not in self.logged or t.number in runs.unfinished]
+        for t in ctx.coordinator.mine_or_orphaned(todo):
+            for rid in runs.unfinished.get(t.number, []):
+                tracker.discard(rid)
             self._log(TrialRecord.from_frozen(t))
+
+    def _close_dead_invocations(self) -> None:
+        """Invocation runs still RUNNING whose driver is gone (SIGKILL, a full disk): KILLED."""
+        ctx, tracker = self._parts()
+        for rid, driver, started_at in tracker.running_invocations():
+            if ctx.coordinator.gone(driver, started_at):
+                tracker.close_run(rid, "KILLED")
 
 
 def _baseline_numbers(study: optuna.Study) -> list[int]:

@@ -6,22 +6,37 @@ and keyed by trial number: a resumed driver logs any told-but-unlogged trial and
 logs one twice. A run carries the trial's real start and end (a trial logged after the
 fact, or on resume, would otherwise show when it was logged and a duration of
 milliseconds).
+
+A child run is finished (FINISHED or FAILED) only once everything of it was written; one
+left RUNNING (its driver died, or the disk filled, mid-log) is unfinished: the next driver
+deletes it and logs the trial again from Optuna's record, the source of truth. An
+invocation run left RUNNING by a driver that is gone is marked KILLED.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import shutil
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 from mlflow.entities import Metric, Param, RunStatus, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
+
+# MLflow sets its loggers to INFO when imported ("Creating initial MLflow database tables").
+# Its store also logs every database error with a traceback before raising it as an
+# MlflowException; the exception reaches the user as one line (a full disk, service.py),
+# so the log is only a second, longer copy.
+logging.getLogger("mlflow").setLevel(logging.WARNING)
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 from autotune.tracking.naming import for_people  # noqa: E402
 from autotune.tracking.views import COMPARE_TAG, DESCRIPTION_TAG, KIND_TAG, run_path  # noqa: E402
@@ -31,6 +46,9 @@ STUDY_TAG = "autotune.study"
 # A confirmation run names the trial whose config it repeats, and that trial's run.
 REPEAT_TAG = "autotune.repeat_of"
 REPEAT_RUN_TAG = "autotune.repeat_of_run"
+# The driver (recovery.DriverId) that started an invocation run: a later driver closes the
+# run when that driver is gone.
+DRIVER_TAG = "autotune.driver"
 _DB_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 
 
@@ -50,6 +68,12 @@ class TrialLog:
     repeat_of: int | None = None  # the trial a confirmation run repeats
 
 
+@dataclass
+class TrialRuns:
+    finished: dict[int, str] = field(default_factory=dict)  # trial number -> its one finished run
+    unfinished: dict[int, list[str]] = field(default_factory=dict)  # runs left RUNNING mid-log
+
+
 class MlflowTracker:
     """One study's experiment. ``own_store``: the store is the run directory's own, so its
     ``Default`` experiment is created inside the run directory and hidden (else MLflow
@@ -64,6 +88,8 @@ class MlflowTracker:
         self.study_name = study_name
         self.experiment_id = self._experiment(study_name, artifact_root)
         self.parent_run_id: str | None = None
+        # Where a discarded run's artifacts may be removed from: the run directory's own.
+        self._artifact_root = artifact_root.resolve() if own_store else None
 
     def _experiment(self, name: str, artifact_root: Path) -> str:
         exp = self.client.get_experiment_by_name(name)
@@ -111,23 +137,51 @@ class MlflowTracker:
         self.client.set_terminated(self.parent_run_id, status=status)
 
     def logged_trials(self) -> dict[int, str]:
-        """Trial number -> child run id, for every trial of this study already logged."""
-        out: dict[int, str] = {}
+        """Trial number -> child run id, for every trial of this study logged in full."""
+        return self.trial_runs().finished
+
+    def trial_runs(self) -> TrialRuns:
+        """This study's child runs by trial number: finished ones, and those left unfinished."""
+        out = TrialRuns()
+        for r in self._search(f"tags.`{KIND_TAG}` = 'trial'"):
+            n = r.data.tags.get(TRIAL_TAG)
+            if n is None:
+                continue
+            if r.info.status == RunStatus.to_string(RunStatus.RUNNING):
+                out.unfinished.setdefault(int(n), []).append(r.info.run_id)
+            else:
+                out.finished.setdefault(int(n), r.info.run_id)
+        return out
+
+    def running_invocations(self) -> list[tuple[str, str | None, float]]:
+        """(run id, driver, start time in s) of every invocation run still marked RUNNING."""
+        running = RunStatus.to_string(RunStatus.RUNNING)
+        return [(r.info.run_id, r.data.tags.get(DRIVER_TAG), (r.info.start_time or 0) / 1000)
+                for r in self._search(f"tags.`{KIND_TAG}` = 'invocation'") if r.info.status == running]
+
+    def close_run(self, run_id: str, status: str) -> None:
+        self.client.set_terminated(run_id, status=status)
+
+    def discard(self, run_id: str) -> None:
+        """Delete an unfinished child run and the artifacts it holds in the run directory (it
+        is logged again in full); MLflow keeps the deleted row, hidden from every view."""
+        uri = self.client.get_run(run_id).info.artifact_uri or ""
+        self.client.delete_run(run_id)
+        if self._artifact_root is not None and uri.startswith("file:"):
+            run_root = Path(unquote(urlparse(uri).path)).parent  # .../<experiment>/<run id>/artifacts
+            if run_root.name == run_id and run_root.is_relative_to(self._artifact_root):
+                shutil.rmtree(run_root, ignore_errors=True)
+
+    def _search(self, filter_string: str) -> list[Any]:
+        runs: list[Any] = []
         token = None
         while True:
-            page = self.client.search_runs(
-                [self.experiment_id],
-                filter_string=f"tags.`{KIND_TAG}` = 'trial'",
-                max_results=1000,
-                page_token=token,
-            )
-            for r in page:
-                n = r.data.tags.get(TRIAL_TAG)
-                if n is not None:
-                    out.setdefault(int(n), r.info.run_id)
+            page = self.client.search_runs([self.experiment_id], filter_string=filter_string, max_results=1000,
+                                           page_token=token)
+            runs += page
             token = page.token
             if not token:
-                return out
+                return runs
 
     def log_trial(self, t: TrialLog, repeated_run: str | None = None) -> str:
         """One child run; ``repeated_run`` is the run of the trial a confirmation repeats."""
