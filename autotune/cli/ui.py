@@ -7,13 +7,18 @@ default columns otherwise (autotune/tracking/views.py).
 The MLflow server is started in a session of its own and stopped as a whole process
 group: ``mlflow server`` runs uvicorn (and, unless told not to, a job runner with its huey
 consumers) as children it does not stop itself, so signalling only the process we start
-leaves them behind. A SIGKILL of `autotune ui` itself cannot be forwarded and leaves the
-server running.
+leaves them behind. The session's leader is a small watchdog (:func:`watch`), which runs
+the server and stops the whole group when `autotune ui` is gone, however it went (a
+SIGKILL cannot be caught, so nothing of `autotune ui` itself could forward it).
+
+Its own output is the links and errors; the server's log (an access-log line per request)
+goes to ``<run dir>/mlflow-server.log``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import socket
@@ -34,6 +39,8 @@ from autotune.security import mask_url
 
 STOP_GRACE_S = 10.0
 READY_TIMEOUT_S = 180.0
+WATCH_EVERY_S = 0.5  # how often the watchdog looks whether `autotune ui` is still there
+SERVER_LOG = "mlflow-server.log"
 
 
 class _Terminated(Exception):
@@ -47,6 +54,30 @@ def ui_command(backend_uri: str, host: str, port: int, artifacts: Path) -> list[
     return [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
             "--default-artifact-root", root, "--artifacts-destination", root,
             "--host", host, "--port", str(port), "--workers", "1"]
+
+
+def watched(cmd: list[str], parent_pid: int) -> list[str]:
+    """``cmd`` run under :func:`watch`, which stops it (and its group) once ``parent_pid`` is gone."""
+    code = "import sys; from autotune.cli.ui import watch; watch(int(sys.argv[1]), sys.argv[2:])"
+    return [sys.executable, "-c", code, str(parent_pid), *cmd]
+
+
+def watch(parent_pid: int, cmd: list[str], every_s: float = WATCH_EVERY_S) -> None:
+    """Run ``cmd`` in this process group; when ``parent_pid`` is no longer this process's
+    parent (it died, and this one was handed to init or a subreaper), stop the group:
+    SIGTERM, then SIGKILL after :data:`STOP_GRACE_S`. Exits with ``cmd``'s status."""
+    child = subprocess.Popen(cmd)
+    while child.poll() is None:
+        if os.getppid() != parent_pid:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the group's SIGTERM is for the server
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(0, signal.SIGTERM)
+            deadline = time.monotonic() + STOP_GRACE_S
+            while child.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            os.killpg(0, signal.SIGKILL)  # whatever is left, this watchdog included
+        time.sleep(every_s)
+    sys.exit(child.returncode)
 
 
 def server_env() -> dict[str, str]:
@@ -94,14 +125,20 @@ def ui(
     host: Annotated[str, typer.Option(help="bind address; keep 127.0.0.1 unless you mean to expose it")] = "127.0.0.1",
 ) -> None:
     """Serve the run directory's MLflow store and print links to the study's views."""
+    _check_port_number(port)
+    _check_host(host)
     run_dir = find_run_dir(out)
     _check_store(run_dir)
     _check_port_free(host, port)
     base = f"http://{host}:{port}"
     links = study_links(run_dir, base)
-    typer.echo(f"starting the MLflow UI on {base} (Ctrl-C to stop) ...")
-    proc = subprocess.Popen(ui_command(run_dir.mlflow_url, host, port, run_dir.mlflow_artifacts),
-                            env=server_env(), start_new_session=True)
+    log_path = run_dir.root / SERVER_LOG
+    typer.echo(f"starting the MLflow UI on {base} (Ctrl-C to stop; server log: {log_path}) ...")
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(watched(ui_command(run_dir.mlflow_url, host, port, run_dir.mlflow_artifacts),
+                                        os.getpid()),
+                                env=server_env(), start_new_session=True, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     # Ctrl-C stops the server even where SIGINT was inherited as ignored (a shell's background job).
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -113,7 +150,7 @@ def ui(
                 typer.echo(f"  {label}:\n    {url}")
         code = proc.wait()
         if code:
-            typer.echo(f"error: the MLflow server exited with status {code} (its output is above)", err=True)
+            typer.echo(f"error: the MLflow server exited with status {code}; its log: {log_path}", err=True)
     except KeyboardInterrupt:
         code = 130
     except _Terminated:
@@ -137,6 +174,19 @@ def _check_store(run_dir: RunDir) -> None:
                     f"{run_dir.root}' first")
 
 
+def _check_port_number(port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise UserError(f"--port {port}: not a TCP port; pick one from 1 to 65535 (default 5000)")
+
+
+def _check_host(host: str) -> None:
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        raise UserError(f"--host {host!r}: not an address or host name this machine can listen on; "
+                        "use --host 127.0.0.1 (the default)") from None
+
+
 def _check_port_free(host: str, port: int) -> None:
     with socket.socket() as s:
         # As the server binds: a port left in TIME_WAIT by an earlier server is free.
@@ -144,6 +194,9 @@ def _check_port_free(host: str, port: int) -> None:
         try:
             s.bind((host, port))
         except OSError as e:
+            if e.errno == errno.EADDRNOTAVAIL:  # resolves, but to no address of this machine
+                raise UserError(f"--host {host}: no address of this machine ({e.strerror}); "
+                                "use --host 127.0.0.1 (the default)") from None
             raise UserError(f"--port {port}: cannot listen on {host}:{port} ({e.strerror}); "
                             "pick a free port with --port") from None
 

@@ -29,7 +29,8 @@ from autotune.space import SearchSpace
 from autotune.tracking.naming import abbreviations, for_people
 
 KIND_TAG = "autotune.kind"
-# Set to "true" on the baseline (vLLM's defaults) and the Pareto trials: what the compare view shows.
+# Set to "true" on the baseline (vLLM's defaults), the recommended trial and the Pareto trials:
+# what the compare view shows.
 COMPARE_TAG = "autotune.compare"
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 DESCRIPTION_TAG = "mlflow.note.content"
@@ -46,7 +47,8 @@ def experiment_tags(space: SearchSpace, study: str, experiment_id: str, created_
         DESCRIPTION_TAG: description(space, study, experiment_id),
         KIND_OF_EXPERIMENT[0]: KIND_OF_EXPERIMENT[1],
         VIEW_TAG_PREFIX + TRIALS_VIEW: _saved_view(f"{study}: all trials", trials_state(space), created_ms),
-        VIEW_TAG_PREFIX + COMPARE_VIEW: _saved_view(f"{study}: vLLM defaults vs Pareto front", compare_state(space),
+        VIEW_TAG_PREFIX + COMPARE_VIEW: _saved_view(f"{study}: vLLM defaults, recommended, Pareto front",
+                                                    compare_state(space),
                                                     created_ms),
     }
 
@@ -122,10 +124,14 @@ def description(space: SearchSpace, study: str, experiment_id: str) -> str:
         "**How to compare**: one run per trial, named `role-number` and the searched flags. "
         "Roles: `baseline` (vLLM's defaults, measured first), `reference` (hand-tuned configs of the space), "
         "`search` (sampled), `confirm` (a repeat of the trial named after it), `rejected` (ruled out without "
-        "launching). Tags: `pareto` (on the Pareto front), `feasible`, `failure_class`.",
+        "launching). Tags: `recommended` (the config `autotune export` writes and `autotune status` marks R; "
+        "the experiment's `autotune.recommended_trial` names it), `pareto` (on the Pareto front, configs at the "
+        "mean of their runs), `evidence` (a single run, or the mean of how many), `feasible`, `failure_class`. "
+        "A config measured more than once has `mean.<metric>` and its 95 % interval `ci95_low.<metric>` to "
+        "`ci95_high.<metric>` on its first run.",
         f"- [All trials]({experiment_path(experiment_id)}): objectives, SLO metrics and searched flags as columns.",
-        f"- [vLLM defaults vs the Pareto front]({compare_path(experiment_id)}): a parallel-coordinates plot of the "
-        "searched flags and the objectives, and the objectives against each other.",
+        f"- [vLLM defaults, the recommendation and the Pareto front]({compare_path(experiment_id)}): a "
+        "parallel-coordinates plot of the searched flags and the objectives, and the objectives against each other.",
         f"- [Invocations]({invocations_path(experiment_id)}): one run per `autotune run`, with the Pareto front and "
         "optimisation history plots.",
         "",
@@ -150,12 +156,19 @@ def _col(kind: str, key: str) -> str:
 
 def _columns(space: SearchSpace) -> list[str]:
     metrics = [*space.objective_names, *(m for m in space.slo if m not in space.objective_names)]
+    # A config measured more than once: its mean and 95 % interval on the trial that stands
+    # for it (tracking/report.py), next to the run's own figures; `evidence` says which is which.
+    means = [f"{k}.{m}" for m in space.objective_names for k in ("mean", "ci95_low", "ci95_high")
+             if not (m == "oom_per_1k" and k != "mean")]
     return [
-        _col("attributes", "Duration"),
+        _col("tags", "recommended"),
         _col("tags", "role"),
         _col("tags", "pareto"),
-        _col("tags", "feasible"),
+        _col("tags", "evidence"),
         *(_col("metrics", m) for m in metrics),
+        *(_col("metrics", m) for m in means),
+        _col("tags", "feasible"),
+        _col("attributes", "Duration"),
         *(_col("params", p) for p in space.params),
     ]
 
