@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from autotune.errors import UserError
+from autotune.security import NotRegularFile, read_input
 
 
 def _c(nominal: float, low: float, high: float, doc: str) -> Any:
@@ -142,11 +143,17 @@ class SimProfile:
         """Read a profile file (YAML or JSON, read with safe_load); errors are one-line UserErrors."""
         path = Path(path)
         try:
-            text = path.read_text()
+            text = read_input(path, 1 << 20).decode("utf-8")  # a regular file of at most 1 MiB
         except FileNotFoundError:
             raise UserError(f"{path}: no such profile file") from None
+        except NotRegularFile as e:
+            raise UserError(f"{path}: {e} (a profile file)") from None
         except OSError as e:
             raise UserError(f"{path}: cannot read the profile file: {e.strerror}") from None
+        except UnicodeDecodeError:
+            raise UserError(f"{path}: cannot read the profile file: not UTF-8 text") from None
+        except ValueError:  # a NUL byte in the path
+            raise UserError(f"{path}: cannot read the profile file: not a valid file path") from None
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:

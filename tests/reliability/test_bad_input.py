@@ -149,6 +149,7 @@ CASES = [
          env={"HF_TOKEN": "hf_planted_secret_0123456789"}),
     Case("trace-is-dev-zero", "/dev/zero: not a regular file", _set("workload.trace", {"path": "/dev/zero"})),
     Case("trace-is-a-directory", "is a directory, not a trace file", _set("workload.trace", {"path": "/"})),
+    Case("sim-profile-is-dev-zero", "/dev/zero: not a regular file", _set("engine.sim_profile", "/dev/zero")),
     Case("trace-line-too-long", "big.jsonl line 1: line longer than 1 MiB", _set("workload.trace", {"path": "big.jsonl"}),
          files={"big.jsonl": '{"arrival_s": 0, "pad": "' + "A" * (1 << 20) + '"}\n'}),
     Case("trace-field-not-a-number", "t.jsonl line 1: arrival_s must be a number, got text",
