@@ -139,7 +139,7 @@ def open_input(path: Path, max_bytes: int) -> BinaryIO:
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFile("not a regular file (a device, FIFO or socket); give a file on disk")
-        parts = Path(os.path.realpath(path)).parts
+        parts = Path(_opened_path(fd, path)).parts
         if len(parts) > 1 and parts[1] in _PSEUDO_ROOTS:
             raise NotRegularFile(f"a /{parts[1]} file, not a regular file; give a file on disk")
         if st.st_size > max_bytes:
@@ -149,6 +149,14 @@ def open_input(path: Path, max_bytes: int) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
+
+
+def _opened_path(fd: int, path: Path) -> str:
+    """Where the descriptor really points (symlinks resolved), from the kernel where it can say."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return os.path.realpath(path)
 
 
 def read_input(path: Path, max_bytes: int) -> bytes:

@@ -63,10 +63,14 @@ def test_proc_environ_through_the_cli_leaks_nothing(tmp_path, monkeypatch, capsy
     assert MARK not in err and "PATH=" not in err
 
 
-@pytest.mark.parametrize("target", ["/dev/zero", "/dev/null", "dir", "fifo", "/proc/self/environ", "/sys/kernel/mm"])
+@pytest.mark.parametrize("target", ["/dev/zero", "/dev/null", "dir", "fifo", "/proc/self/environ", "/sys/kernel/mm",
+                                    "link-to-environ"])
 def test_only_regular_files_are_read(tmp_path, target):
     if target == "dir":
         path = tmp_path
+    elif target == "link-to-environ":
+        path = tmp_path / "trace.csv"
+        path.symlink_to("/proc/self/environ")  # judged by what is opened, not by the name
     elif target == "fifo":
         path = tmp_path / "fifo"
         os.mkfifo(path)  # no writer: opening it for reading must not block
