@@ -40,10 +40,6 @@ from autotune.study.pareto import FrontPoint, config_front
 from autotune.study.record import State, TrialRecord, records
 from autotune.tracking.naming import abbreviations, flags_label
 
-# What the table's state column says of a trial that was launched but never served (a
-# startup failure): Optuna holds it as complete, with penalty values, so the search learns
-# from it; for a person it is a failure, and its penalty values are not measurements.
-NEVER_SERVED = "failed"
 # Width when the output is neither a terminal nor given COLUMNS (a file, a pipe to grep):
 # wide enough that a row stays one line for grep, as wide as a terminal of 2 panes.
 PIPE_WIDTH = 160
@@ -53,19 +49,10 @@ def _clean(v: Any) -> Any:
     return None if isinstance(v, float) and math.isnan(v) else v
 
 
-def never_served(r: TrialRecord) -> bool:
-    """Launched, but the engine never served a request (it did not start)."""
-    return r.state == State.COMPLETE and not r.started
-
-
-def shown_state(r: TrialRecord) -> str:
-    return NEVER_SERVED if never_served(r) else str(r.state)
-
-
 def _row(r: TrialRecord, searched: list[str], front: dict[int, FrontPoint], recommended: int | None) -> dict[str, Any]:
     return {
         "number": r.number,
-        "state": shown_state(r),
+        "state": r.shown_state,
         "served": r.launched and r.started,
         "role": str(r.role),
         "reference": r.reference or None,
@@ -74,7 +61,7 @@ def _row(r: TrialRecord, searched: list[str], front: dict[int, FrontPoint], reco
         "params": r.searched_flags(searched),
         "flags": r.flags or None,
         # A trial that never served was told penalty values (1000 OOMs per 1000, ...): not shown as figures.
-        "values": [_clean(v) for v in r.values] if r.values and not never_served(r) else None,
+        "values": [_clean(v) for v in r.values] if r.values and not r.never_served else None,
         "failure_class": r.failure_class,
         "failure_reason": r.failure_reason or None,
         "early_stopped": r.early_stopped,
@@ -93,8 +80,8 @@ def _row(r: TrialRecord, searched: list[str], front: dict[int, FrontPoint], reco
 def _counts(recs: list[TrialRecord]) -> dict[str, int]:
     n = {str(s): 0 for s in State}
     for r in recs:
-        n[shown_state(r)] += 1
-    n["never_served"] = sum(1 for r in recs if never_served(r))
+        n[r.shown_state] += 1
+    n["never_served"] = sum(1 for r in recs if r.never_served)
     return n
 
 

@@ -50,6 +50,7 @@ class Progress(Callback):
         self._running: dict[int, TrialProgress | None] = {}  # started, not ended: last snapshot
         self._printed: dict[int, tuple[tuple[Any, ...], float]] = {}  # plain: last headline and when
         self._live: Live | None = None
+        self._last_front: list[tuple[int, tuple[float, ...]]] | None = None  # the front last printed
 
     # ---- the study ---------------------------------------------------------------------------
     def on_study_start(self, ctx: StudyContext) -> None:
@@ -94,14 +95,20 @@ class Progress(Callback):
         self._show_running()
         c, names = self.ctx.tally, self.ctx.space.objective_names
         vals = "  ".join(f"{n}={human(v)}" for n, v in zip(names, record.values or (), strict=False))
-        color = _COLOR.get(record.state, "white")
+        if record.never_served:  # penalty values, not measurements
+            vals = ""
+        state = record.shown_state
+        color = _COLOR.get(State(state), "white")
         note = escape(_note(record))
         self.console.print(
-            f"[{c.complete}/{self.ctx.target}] trial {record.number}{_tag(record)} [{color}]{record.state}[/{color}] "
+            f"[{c.complete}/{self.ctx.target}] trial {record.number}{_tag(record)} [{color}]{state}[/{color}] "
             f"{vals}{'  ' + note if note else ''}  | running {c.running}, failed {c.failed}, rejected {c.rejected}"
         )
         if record.state == State.COMPLETE:
-            self._front([(r.number, r.values or []) for r in self.ctx.front.trials()], names)
+            front = [(r.number, tuple(r.values or ())) for r in self.ctx.front.trials()]
+            if front != self._last_front:  # only when it changed: the same line after each trial is noise
+                self._last_front = front
+                self._front(front, names)
 
     # ---- output --------------------------------------------------------------------------------
     def _plain(self, number: int, p: TrialProgress) -> None:
@@ -165,10 +172,12 @@ def _tag(r: TrialRecord) -> str:
 
 
 def _note(r: TrialRecord) -> str:
+    """Why a trial failed or was rejected, whole: a reason cut mid-word ("Try increasing
+    `gpu_memory_utilization") hides the advice it ends with."""
     if r.state == State.REJECTED:
-        return r.failure_reason[:100]
+        return r.failure_reason
     if r.state == State.FAILED:
         return f"{r.failure_reason}; re-enqueued"
-    note = f"{r.failure_class}: {r.failure_reason[:80]}" if r.failure_reason else ""
+    note = f"{r.failure_class}: {r.failure_reason}" if r.failure_reason else ""
     return (note + " early-stopped").strip() if r.early_stopped else note
 

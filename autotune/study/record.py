@@ -85,6 +85,18 @@ class TrialRecord:
         return self.state == State.COMPLETE
 
     @property
+    def never_served(self) -> bool:
+        """Launched, but the engine never served (it did not start): Optuna holds it as
+        complete with penalty values, so the search learns from it; people are shown a
+        failure, and no figures (`autotune status`, progress)."""
+        return self.state == State.COMPLETE and not self.started
+
+    @property
+    def shown_state(self) -> str:
+        """The state as people are shown it: ``failed`` for a trial that never served."""
+        return str(State.FAILED) if self.never_served else str(self.state)
+
+    @property
     def feasible(self) -> bool:
         return all(v <= 0 for v in self.constraints.values())
 
