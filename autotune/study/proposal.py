@@ -18,6 +18,7 @@ from autotune.study import seeding, strategy
 from autotune.study.params import check_constraints, suggest_params
 from autotune.study.pruning import StartupPredictor
 from autotune.study.record import State, TrialRecord
+from autotune.study.recovery import RERUN_OF_LAUNCHED_ATTR
 
 
 @dataclass
@@ -28,12 +29,16 @@ class Proposal:
 
 def propose(trial: optuna.Trial, space: SearchSpace, predictor: StartupPredictor | None) -> Proposal:
     """Suggest the space's params on ``trial`` and decide whether the config may launch."""
-    asked = TrialRecord.from_frozen(_frozen(trial))
+    frozen = _frozen(trial)
+    asked = TrialRecord.from_frozen(frozen)
     params = suggest_params(trial, space)
     flags = {**space.fixed_flags(), **seeding.reference_fixed_overrides(space, asked.reference), **params}
     repaired, violated = check_constraints(params, space, flags)
     flags.update(repaired)
-    reason = "; ".join(violated) or strategy.prune_reason(predictor, flags, asked.role, trial.study)
+    # A re-run of a launched trial measures a config the memory model already let start: it
+    # is not pruned now for what the model learnt since (study/recovery.py).
+    rerun = bool(frozen.user_attrs.get(RERUN_OF_LAUNCHED_ATTR))
+    reason = "; ".join(violated) or ("" if rerun else strategy.prune_reason(predictor, flags, asked.role, trial.study))
     record = TrialRecord(trial.number, State.RUNNING, asked.role, asked.reference, params=params, flags=flags,
                          requeued_from=asked.requeued_from, repeat_of=asked.repeat_of, started_at=asked.started_at)
     return Proposal(record, reason)

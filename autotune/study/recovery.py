@@ -23,6 +23,10 @@ from autotune.study.storage import with_retries
 
 DRIVER_ATTR = "autotune.driver"
 HEARTBEAT_PREFIX = "autotune.heartbeat:"
+# User attribute of a re-run whose failed trial had been launched: the memory model let its
+# config start then, so it is measured now whatever the model has learnt since (a re-run
+# measures what was lost, it does not sample). proposal.propose reads it.
+RERUN_OF_LAUNCHED_ATTR = "autotune.rerun_of_launched"
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,7 @@ def fail_and_requeue(study: optuna.Study, t: FrozenTrial, reason: str) -> bool:
     :func:`recover_orphans` finds it (owner gone, nothing ``requeued_from`` it) and
     enqueues it then.
     """
+    launched = was_launched(t)  # read before the failure's attributes overwrite its role
     record = TrialRecord.from_frozen(t)
     record.state, record.failure_class, record.failure_reason = State.FAILED, PROCESS_DIED, reason
     storage = study._storage
@@ -117,17 +122,26 @@ def fail_and_requeue(study: optuna.Study, t: FrozenTrial, reason: str) -> bool:
         storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
     except RuntimeError:
         return False  # another driver finished or failed it first (UpdateFinishedTrialError)
-    _requeue(study, record)
+    _requeue(study, record, launched)
     return True
 
 
-def _requeue(study: optuna.Study, failed: TrialRecord) -> None:
+def was_launched(t: FrozenTrial) -> bool:
+    """Whether ``t``'s config had been let through to launch: the loop stores a trial's flags
+    just before dispatching it (a rejected sample stores them too, as state ``rejected``)."""
+    return bool(t.user_attrs.get("flags")) and t.user_attrs.get("state") != str(State.REJECTED)
+
+
+def _requeue(study: optuna.Study, failed: TrialRecord, launched: bool) -> None:
     """Enqueue what ``failed`` measured or, killed before its suggestions, was enqueued to
     measure (``params`` holds both), so the re-run measures that and not a fresh sample.
     Its new trial number is linked back by ``requeued_from`` (Optuna never reuses numbers); a
-    confirmation run's re-run stays a confirmation run of the same config (``repeat_of``)."""
-    study.enqueue_trial(failed.params, user_attrs=enqueue_attrs(failed.role, failed.reference, failed.number,
-                                                                failed.repeat_of))
+    confirmation run's re-run stays a confirmation run of the same config (``repeat_of``); a
+    re-run of a launched config is not pruned (``RERUN_OF_LAUNCHED_ATTR``)."""
+    attrs = enqueue_attrs(failed.role, failed.reference, failed.number, failed.repeat_of)
+    if launched:
+        attrs[RERUN_OF_LAUNCHED_ATTR] = True
+    study.enqueue_trial(failed.params, user_attrs=attrs)
 
 
 def recover_orphans(study: optuna.Study, me: DriverId, stale_after_s: float = 120.0) -> list[int]:
@@ -144,7 +158,8 @@ def recover_orphans(study: optuna.Study, me: DriverId, stale_after_s: float = 12
     for t in trials:
         owner = t.system_attrs.get(DRIVER_ATTR)
         if t.state == TrialState.FAIL and t.number not in requeued and is_mine_or_orphaned(t, me, beats, stale_after_s, now):
-            _requeue(study, TrialRecord.from_frozen(t))  # failed by a driver that died before re-enqueueing it
+            # Failed by a driver that died before re-enqueueing it.
+            _requeue(study, TrialRecord.from_frozen(t), was_launched(t))
             continue
         if t.state != TrialState.RUNNING or owner == str(me) or not driver_gone(owner, beats, stale_after_s, now):
             continue

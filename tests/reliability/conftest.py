@@ -15,6 +15,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
+from autotune.study.recovery import RERUN_OF_LAUNCHED_ATTR
 from tests.conftest import AUTOTUNE, sqlite_study_ready
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -174,7 +175,12 @@ def check_study(storage: str, name: str, out: Path, target: int, kept: dict[int,
             # enqueued with, its fixed params, is what it would have measured.)
             got = {**t.system_attrs.get("fixed_params", {}), **t.params}
             assert {k: got.get(k) for k in meant} == meant, (orig.number, t.number)
-            assert t.user_attrs.get("role", "search") in (orig.user_attrs.get("role", "search"), "rejected")
+            # A re-run of a launched config is measured (never rejected by the memory model);
+            # one killed before its config was let through is a fresh proposal.
+            launched = bool(t.user_attrs.get(RERUN_OF_LAUNCHED_ATTR))
+            assert launched or not orig.user_attrs.get("metrics"), (orig.number, t.number)  # it was measured
+            allowed = {orig.user_attrs.get("role", "search")} | (set() if launched else {"rejected"})
+            assert t.user_attrs.get("role", "search") in allowed, (orig.number, t.number, t.user_attrs.get("role"))
     # The trial files of every launched trial are on disk (written before tell).
     for t in launched_complete(study):
         assert (out / "trials" / f"{t.number:05d}" / "result.json").exists(), t.number
