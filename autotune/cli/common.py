@@ -6,10 +6,10 @@ import sqlite3
 from pathlib import Path
 
 import optuna
-import yaml
 
 from autotune.errors import UserError
 from autotune.rundir import RunDir
+from autotune.space.loader import read_yaml
 from autotune.study.storage import check_sqlite_file, expand_url, open_storage, sqlite_path
 
 
@@ -26,10 +26,12 @@ def find_run_dir(out: Path | None) -> RunDir:
 
 
 def saved_space(run_dir: RunDir) -> dict:
-    try:
-        return yaml.safe_load(run_dir.space_copy.read_text()) or {}
-    except FileNotFoundError:
+    """The run directory's copy of the space, as data ({} before a run has written it); a
+    damaged copy is one line, as a damaged --space is."""
+    if not run_dir.space_copy.exists():
         return {}
+    data = read_yaml(run_dir.space_copy)
+    return data if isinstance(data, dict) else {}
 
 
 def sqlite_study_ready(db: Path) -> bool:

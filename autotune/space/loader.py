@@ -83,7 +83,12 @@ def parse_space(data: Any, path: Path) -> SearchSpace:
 
 def load_space(path: str | Path) -> SearchSpace:
     path = Path(path)
-    return parse_space(_parse_yaml(path, _read_text(path)), path)
+    return parse_space(read_yaml(path), path)
+
+
+def read_yaml(path: Path) -> Any:
+    """A search-space file's data, unvalidated; every problem reading or parsing it is one line."""
+    return _parse_yaml(path, _read_text(path))
 
 
 def _read_text(path: Path) -> str:

@@ -427,3 +427,16 @@ def test_no_study_hint_is_a_command_that_works(ray_cluster, tmp_path, capsys):
     assert p.returncode == 0, p.stderr[-2000:]
     code, o, e = run_cli(["status", "--out", str(out)], capsys)
     assert code == 0, e
+
+
+def test_damaged_saved_space_is_one_line(finished_study, tmp_path, capsys):
+    """The run directory's space.yaml is read like --space: a damaged one is one line."""
+    import shutil
+
+    _, out0 = finished_study
+    out = tmp_path / "run"
+    shutil.copytree(out0, out)
+    (out / "space.yaml").write_bytes(b"version: 1\nstudy: {name: \xff}\n")
+    for command in ("status", "export"):
+        code, o, e = run_cli([command, "--out", str(out)], capsys)
+        assert_one_line_error(code, o, e, f"{out / 'space.yaml'}: line 2, column 15: not UTF-8 text")
