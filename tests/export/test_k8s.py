@@ -48,11 +48,18 @@ def _container(docs: list[dict]) -> dict:
     return c
 
 
-def test_manifests_round_trip_through_the_kubernetes_client_models():
+MODELS = {"PersistentVolumeClaim": "V1PersistentVolumeClaim", "Deployment": "V1Deployment", "Service": "V1Service"}
+
+
+@pytest.mark.parametrize("kw", [{}, {"model_cache": "emptydir"}, {"model_cache": "pvc:shared-hf"},
+                                {"model_cache": "hostpath:/data/hf", "gpu": "H100-80GB"}])
+def test_manifests_round_trip_through_the_kubernetes_client_models(kw):
     api = client.ApiClient()
-    docs = _docs()
-    assert [d["kind"] for d in docs] == ["Deployment", "Service"]
-    for doc, model in zip(docs, ["V1Deployment", "V1Service"], strict=True):
+    docs = _docs(**{"gpu": "A100-80GB", **kw})
+    created = not kw  # only the default creates its claim
+    assert [d["kind"] for d in docs] == [*(["PersistentVolumeClaim"] if created else []), "Deployment", "Service"]
+    for doc in docs:
+        model = MODELS[doc["kind"]]
         obj = api.deserialize(_Response(doc), model)
         assert type(obj).__name__ == model
         assert api.sanitize_for_serialization(obj) == doc  # nothing dropped, nothing retyped
@@ -61,14 +68,14 @@ def test_manifests_round_trip_through_the_kubernetes_client_models():
 def test_the_client_models_catch_what_the_round_trip_relies_on():
     """The round trip is a check: a key the models do not know comes back missing."""
     api = client.ApiClient()
-    dep = _docs()[0]
+    (dep,) = [d for d in _docs() if d["kind"] == "Deployment"]
     dep["spec"]["template"]["spec"]["containers"][0]["volumeMount"] = [{"name": "shm", "mountPath": "/x"}]
     assert api.sanitize_for_serialization(api.deserialize(_Response(dep), "V1Deployment")) != dep
 
 
-@pytest.mark.parametrize("kind", ["Deployment", "Service"])
+@pytest.mark.parametrize("kind", ["PersistentVolumeClaim", "Deployment", "Service"])
 def test_manifests_validate_strictly_against_the_kubernetes_schema(kind):
-    (doc,) = [d for d in _docs() if d["kind"] == kind]
+    (doc,) = [d for d in _docs(gpu="A100-80GB") if d["kind"] == kind]
     kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
     broken = json.loads(json.dumps(doc))
     broken["spec"]["replicaz"] = 1
@@ -107,7 +114,8 @@ def test_gpus_shm_cache_and_probes():
     c = _container(docs)
     assert c["resources"]["requests"]["nvidia.com/gpu"] == "4"  # tp 2 x pp 2
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "4"
-    pod = docs[0]["spec"]["template"]["spec"]
+    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    pod = dep["spec"]["template"]["spec"]
     vols = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     assert vols[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
@@ -116,14 +124,14 @@ def test_gpus_shm_cache_and_probes():
         assert c[probe]["httpGet"] == {"path": "/health", "port": "http"}
     startup = c["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 1200  # the space's startup timeout
-    svc = docs[1]
-    assert svc["spec"]["selector"] == docs[0]["spec"]["selector"]["matchLabels"]
+    svc = docs[-1]
+    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
     assert svc["spec"]["ports"][0]["targetPort"] == "http"
 
 
 def test_one_gpu_when_no_parallelism_is_set():
     flags = {"gpu_memory_utilization": 0.9, "max_num_seqs": 64}
-    (dep, _) = yaml.safe_load_all(k8s_manifests(MODEL, flags, {}, HEAD))
+    (_, dep, _) = yaml.safe_load_all(k8s_manifests(MODEL, flags, {}, HEAD))
     c = dep["spec"]["template"]["spec"]["containers"][0]
     assert c["resources"]["limits"] == {"nvidia.com/gpu": "1"}
     assert "env" not in c
@@ -155,3 +163,52 @@ def test_header_is_the_vllm_exports_with_a_kubernetes_deploy_line():
 def test_bad_names_are_one_clear_error(kw):
     with pytest.raises(UserError, match="not a Kubernetes name"):
         k8s_manifests(MODEL, FLAGS, ENV, HEAD, **kw)
+
+
+def test_the_model_cache_claim_is_created_or_named_or_replaced():
+    claim, dep, _ = _docs(cache_claim="hf-cache")
+    assert claim["kind"] == "PersistentVolumeClaim" and claim["metadata"]["name"] == "hf-cache"
+    assert claim["spec"]["resources"]["requests"]["storage"].endswith("Gi")
+
+    def cache(**kw) -> dict:
+        (d,) = [x for x in _docs(**kw) if x["kind"] == "Deployment"]
+        (v,) = [v for v in d["spec"]["template"]["spec"]["volumes"] if v["name"] == "model-cache"]
+        return v
+
+    assert cache(model_cache="pvc:shared-hf")["persistentVolumeClaim"] == {"claimName": "shared-hf"}
+    assert cache(model_cache="emptydir")["emptyDir"] == {}
+    assert cache(model_cache="hostpath:/data/hf")["hostPath"] == {"path": "/data/hf", "type": "DirectoryOrCreate"}
+
+
+@pytest.mark.parametrize("spec", ["nfs:/x", "hostpath:relative", "pvc:Bad_Name", "emptydir:x"])
+def test_a_bad_model_cache_is_one_clear_error(spec):
+    with pytest.raises(UserError, match="--model-cache"):
+        k8s_manifests(MODEL, FLAGS, ENV, HEAD, model_cache=spec)
+
+
+def test_the_pod_is_pinned_to_the_gpu_it_was_tuned_on():
+    def selector(**kw) -> dict | None:
+        (d,) = [x for x in _docs(**kw) if x["kind"] == "Deployment"]
+        return d["spec"]["template"]["spec"].get("nodeSelector")
+
+    assert selector(gpu="A100-80GB") == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    assert selector(gpu="nvidia h100 80gb") == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert selector(gpu="A100-80GB", gpu_product="NVIDIA-A100-PCIE-80GB") == {
+        "nvidia.com/gpu.product": "NVIDIA-A100-PCIE-80GB"}  # overridable
+    assert selector(gpu="A100-80GB", gpu_product="") is None  # or switched off
+    assert "nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB" in k8s_manifests(MODEL, FLAGS, ENV, HEAD, gpu="A100-80GB")
+    with pytest.raises(UserError, match="--gpu-product"):
+        k8s_manifests(MODEL, FLAGS, ENV, HEAD, gpu_product="not a label")
+
+
+def test_a_masked_value_goes_to_the_secret_never_into_a_literal():
+    """The run directory's space copy holds secrets masked; a masked URL under a name that
+    is not secret-like must not become the literal `postgresql://app:***@db`."""
+    env = {"APP_DB": "postgresql://app:***@db:5432/app", "WHOLE": "***", "PLAIN": "x"}
+    text = k8s_manifests(MODEL, FLAGS, env, HEAD)
+    assert "***" not in text
+    env_out = {e["name"]: e for e in _container(list(yaml.safe_load_all(text)))["env"]}
+    assert "valueFrom" in env_out["APP_DB"] and "valueFrom" in env_out["WHOLE"]
+    assert env_out["PLAIN"]["value"] == "x"
+    for doc in yaml.safe_load_all(text):
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
