@@ -1,108 +1,41 @@
 #!/usr/bin/env python3
 """Screenshots of a study in the MLflow UI, for the README: the trials table and the compare view.
 
-Runs the flagship space on the simulator (or takes an existing run directory), serves it
-with `autotune ui`, opens the two links it prints in Debian's Chromium (Playwright, by
-executable path; scripts/install_chromium.sh installs it) and saves:
+The images are taken by the browser test itself (tests/ui/test_browser.py), exactly as a
+first visit renders the links `autotune ui` prints (a fresh browser profile, nothing closed
+or scripted in the page), on the flagship space run on the simulator:
 
-    docs/img/mlflow_trials.png    every trial: objectives, SLO metrics, searched flags
-    docs/img/mlflow_compare.png   vLLM's defaults vs the Pareto front: parallel coordinates
+    docs/img/mlflow_trials.png    every trial: evidence, recommendation, objectives, searched flags
+    docs/img/mlflow_compare.png   vLLM's defaults, the recommendation and the Pareto front
 
-Usage: .venv/bin/python scripts/ui_screenshots.py [--out RUN_DIR] [--space FILE] [--img-dir DIR]
-The figures in the screenshots are SIMULATED (backend sim), never GPU measurements.
+Usage: .venv/bin/python scripts/ui_screenshots.py [--space FILE] [--trials N] [--img-dir DIR]
+Needs Debian's Chromium (scripts/install_chromium.sh). The figures are SIMULATED (backend sim).
 """
 
 from __future__ import annotations
 
 import argparse
-import signal
-import socket
+import os
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-AUTOTUNE = str(Path(sys.executable).with_name("autotune"))
-VIEWPORT = {"width": 1600, "height": 1250}  # room for both charts of the compare view
-SHOTS = {"all trials": "mlflow_trials.png", "vLLM defaults vs Pareto front": "mlflow_compare.png"}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, help="run directory of a finished study (default: run --space now)")
     ap.add_argument("--space", type=Path, default=REPO / "search_spaces" / "qwen72b.yaml")
+    ap.add_argument("--trials", type=int, default=40)
     ap.add_argument("--img-dir", type=Path, default=REPO / "docs" / "img")
-    ap.add_argument("--chromium", default="/usr/bin/chromium")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="autotune-shots-") as tmp:
-        out = args.out or Path(tmp) / "run"
-        if args.out is None:
-            subprocess.run([AUTOTUNE, "run", "--space", str(args.space), "--backend", "sim", "--out", str(out),
-                            "--progress", "none"], check=True)
-        ui = subprocess.Popen([AUTOTUNE, "ui", "--out", str(out), "--port", str(_free_port())], cwd=tmp,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        try:
-            links = _links(ui)
-            args.img_dir.mkdir(parents=True, exist_ok=True)
-            _shoot(links, args.img_dir, args.chromium)
-        finally:
-            ui.send_signal(signal.SIGTERM)
-            ui.wait(timeout=60)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _links(ui: subprocess.Popen) -> dict[str, str]:
-    """label -> URL from `autotune ui`'s output: a label line, then its URL, after "MLflow UI:"."""
-    assert ui.stdout is not None
-    lines: list[str] = []
-    for line in ui.stdout:
-        lines.append(line.strip())
-        if line.startswith("MLflow UI:"):
-            break
-    labels_urls = [next(ui.stdout).strip() for _ in range(2 * len(SHOTS))]
-    links = {labels_urls[i].rstrip(":"): labels_urls[i + 1] for i in range(0, len(labels_urls), 2)}
-    if not links:
-        sys.exit("autotune ui printed no links:\n" + "\n".join(lines))
-    return links
-
-
-def _shoot(links: dict[str, str], img_dir: Path, chromium: str) -> None:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, headless=True, args=["--disable-gpu"])
-        try:
-            for label, url in links.items():
-                name = next(f for ending, f in SHOTS.items() if label.endswith(ending))
-                page = browser.new_context(viewport=VIEWPORT).new_page()
-                page.goto(url, wait_until="load")  # never "networkidle": the runs view polls
-                page.wait_for_selector(".ag-row", timeout=90_000)
-                if "compareRunsMode=CHART" in url:
-                    page.wait_for_selector("g.axis text.label", timeout=90_000)
-                _tidy(page)
-                page.screenshot(path=str(img_dir / name))
-                print(f"wrote {img_dir / name}")
-        finally:
-            browser.close()
-
-
-def _tidy(page) -> None:
-    """Close the side panel (MLflow's assistant) and the shared-view notice: not part of the study."""
-    for label in ("Close", "Hide banner"):
-        buttons = page.locator(f'button[aria-label="{label}"]')
-        for i in range(buttons.count()):
-            if buttons.nth(i).is_visible():
-                buttons.nth(i).click()
-    page.mouse.move(0, 0)  # no hover highlight where the banner's button was
-    page.evaluate("document.activeElement && document.activeElement.blur()")  # nor a focus ring
-    time.sleep(2)  # let the table and charts take the freed width
+    args.img_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "AUTOTUNE_UI_SPACE": str(args.space.resolve()), "AUTOTUNE_UI_TRIALS": str(args.trials),
+           "AUTOTUNE_SCREENSHOT_DIR": str(args.img_dir.resolve()), "AUTOTUNE_REQUIRE_BROWSER": "1"}
+    test = "tests/ui/test_browser.py"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{test}::test_experiment_link_lists_every_trial_in_the_classic_runs_table",
+           f"{test}::test_compare_link_shows_baseline_and_pareto_with_flags_and_objectives_as_axes"]
+    sys.exit(subprocess.run(cmd, cwd=REPO, env=env).returncode)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,12 @@ KIND_OF_EXPERIMENT = ("mlflow.experimentKind", "custom_model_development")
 TRIALS_VIEW = "autotune-trials"
 COMPARE_VIEW = "autotune-compare"
 _SECTION = "autotune"
+# The runs table's run-name column (its id in MLflow 3.17's grid) and its width in pixels.
+RUN_NAME_COLUMN = "attributes.`Run Name`"
+RUN_NAME_WIDTH_PX = 460
+# The `evidence` tag: the figures rounded for reading, and what they stand on (tracking/report.py).
+EVIDENCE_COLUMN = "tags.`evidence`"
+EVIDENCE_WIDTH_PX = 360
 
 
 def experiment_tags(space: SearchSpace, study: str, experiment_id: str, created_ms: int = 0) -> dict[str, str]:
@@ -79,11 +85,17 @@ def trials_state(space: SearchSpace) -> dict[str, Any]:
     the start time: sorted by start time (or unsorted and unfiltered) the UI folds child
     runs under their parent, out of the table and out of the charts.
     """
+    columns = _columns(space)
     return {
         "searchFilter": f"tags.`{KIND_TAG}` = 'trial'",
         "orderByKey": _col("tags", "mlflow.runName"),
         "orderByAsc": True,
-        "selectedColumns": _columns(space),
+        "selectedColumns": columns,
+        # The run name first and wide enough to read (`search-0041 gmu=0.92 mns=128 ...`; the
+        # UI's default cuts it at ~20 characters), then the columns in the order listed: the UI
+        # applies the widths only together with an order.
+        "columnOrder": [RUN_NAME_COLUMN, *columns],
+        "columnWidths": {RUN_NAME_COLUMN: RUN_NAME_WIDTH_PX, EVIDENCE_COLUMN: EVIDENCE_WIDTH_PX},
         "compareRunCharts": _charts(space),
         # One chart per row: a parallel-coordinates plot needs the width for its axes.
         "compareRunSections": [{"uuid": _SECTION, "name": "autotune", "display": True, "isReordered": False,
@@ -155,17 +167,20 @@ def _col(kind: str, key: str) -> str:
 
 
 def _columns(space: SearchSpace) -> list[str]:
-    metrics = [*space.objective_names, *(m for m in space.slo if m not in space.objective_names)]
+    slo = [m for m in space.slo if m not in space.objective_names]
     # A config measured more than once: its mean and 95 % interval on the trial that stands
     # for it (tracking/report.py), next to the run's own figures; `evidence` says which is which.
     means = [f"{k}.{m}" for m in space.objective_names for k in ("mean", "ci95_low", "ci95_high")
              if not (m == "oom_per_1k" and k != "mean")]
     return [
+        # What a first look needs, left to right: what the figures stand on, the objectives,
+        # which trial is recommended and on the front; then the rest.
+        EVIDENCE_COLUMN,
+        *(_col("metrics", m) for m in space.objective_names),
         _col("tags", "recommended"),
-        _col("tags", "role"),
         _col("tags", "pareto"),
-        _col("tags", "evidence"),
-        *(_col("metrics", m) for m in metrics),
+        _col("tags", "role"),
+        *(_col("metrics", m) for m in slo),
         *(_col("metrics", m) for m in means),
         _col("tags", "feasible"),
         _col("attributes", "Duration"),

@@ -18,8 +18,12 @@ from tests.ui.ui_process import free_port, start_ui
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 CHROMIUM = os.environ.get("AUTOTUNE_CHROMIUM", "/usr/bin/chromium")
-# A few trials: every one must be a row the test can see without scrolling.
-TRIALS = 6
+# A few trials: every one must be a row the test can see without scrolling. scripts/ui_screenshots.py
+# runs these tests on the flagship space instead (AUTOTUNE_UI_SPACE, AUTOTUNE_UI_TRIALS) and has
+# them save what the first visit shows (AUTOTUNE_SCREENSHOT_DIR): the README's images.
+SPACE_PATH = Path(os.environ.get("AUTOTUNE_UI_SPACE", DATA / "sim_small.yaml"))
+TRIALS = int(os.environ.get("AUTOTUNE_UI_TRIALS", "6"))
+SCREENSHOT_DIR = os.environ.get("AUTOTUNE_SCREENSHOT_DIR")
 
 
 def _browser_missing() -> str | None:
@@ -45,8 +49,7 @@ def chromium() -> str:
 @pytest.fixture(scope="module")
 def finished_study(ray_cluster, tmp_path_factory):
     out = tmp_path_factory.mktemp("ui") / "run"
-    space_path = DATA / "sim_small.yaml"
-    summary = run_study(load_space(space_path), space_path, RunOptions(out=out, trials=TRIALS, progress=False))
+    summary = run_study(load_space(SPACE_PATH), SPACE_PATH, RunOptions(out=out, trials=TRIALS, progress=False))
     return summary, out
 
 
