@@ -94,8 +94,8 @@ def study_links(run_dir: RunDir, base_url: str) -> list[tuple[str, str]]:
     client = MlflowClient(tracking_uri=run_dir.mlflow_url)
     exps = [e for e in client.search_experiments() if e.experiment_id != "0"]
     if not exps:
-        raise UserError(f"--out {run_dir.root}: the MLflow store holds no study yet; run 'autotune run --out "
-                        f"{run_dir.root}' first")
+        raise UserError(f"--out {run_dir.root}: the MLflow store holds no study yet; run 'autotune run --space SPACE.yaml "
+                        f"--out {run_dir.root}' first")
     links = []
     for e in exps:
         links.append((f"study {e.name}, all trials", base_url + "/" + experiment_path(e.experiment_id)))
@@ -170,8 +170,8 @@ def _check_store(run_dir: RunDir) -> None:
     if uri:
         raise UserError(f"--out {run_dir.root}: this study logs to {mask_url(uri)}, not to the run directory; "
                         "open that MLflow server instead")
-    raise UserError(f"--out {run_dir.root}: no MLflow store ({db.name}) here; run 'autotune run --out "
-                    f"{run_dir.root}' first")
+    raise UserError(f"--out {run_dir.root}: no MLflow store ({db.name}) here; run 'autotune run --space "
+                    f"SPACE.yaml --out {run_dir.root}' first")
 
 
 def _check_port_number(port: int) -> None:
