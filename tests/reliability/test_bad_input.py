@@ -123,6 +123,8 @@ CASES = [
          "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\nversion: 1\n"),
     Case("yaml-cyclic-alias", "or 40 levels", "version: 1\nparams: &p\n  x: *p\n"),
     Case("yaml-huge-int", "malformed YAML: a value out of range", "version: 1\nx: " + "9" * 5000 + "\n"),
+    Case("space-path-forges-a-line", "a\\x0aerror: forged\\x1b[2J: no such file", space=None,
+         args=("--space", "/nonexistent/a\nerror: forged\x1b[2J")),
     Case("space-is-dev-zero", "not a regular file", space=None, args=("--space", "/dev/zero")),
     Case("space-is-a-directory", "cannot read: Is a directory", space=None, args=("--space", "/")),
     Case("step-zero", "params.max_num_seqs: step (0) must be a number > 0",
