@@ -128,8 +128,10 @@ def recommendation_tags(study: optuna.Study, space: SearchSpace) -> tuple[dict[s
                     m[f"ci95_low.{name}"], m[f"ci95_high.{name}"] = i.low, i.high
             m[f"mean.{OOM_METRIC}"] = c.oom.rate_per_1k
             metrics[c.first.number] = m
+    for r in records(study.get_trials(deepcopy=False)):
+        per_trial.setdefault(r.number, {"recommended": "false", EVIDENCE_TAG: _other_evidence(r)})
     if recommended is not None:
-        per_trial.setdefault(recommended, {})["recommended"] = "true"
+        per_trial[recommended]["recommended"] = "true"
     return exp, per_trial, metrics
 
 
@@ -138,12 +140,23 @@ def _evidence_words(c: ConfigEvidence, trial: int, metric: str) -> str:
     table shows every stored digit): ``mean of 3 runs: p99_e2e_s 25.9 [24.17, 27.63] (trials
     3, 7, 8)``, ``single run: p99_e2e_s 24.9``."""
     i = c.interval(metric)
+    if not any(r.started for r in c.runs):
+        return "never served: the engine did not start"
     if c.n == 1:
-        return f"single run: {metric} {number(i.mean, 4)} (no repeat: partly luck)"
+        return f"single run: {metric} {number(i.mean, 4)}"
     if trial != c.first.number:
-        return f"one of {c.n} runs of trial {c.first.number}'s config (its mean is on trial {c.first.number})"
+        return f"repeat of trial {c.first.number} (the mean is on trial {c.first.number})"
     ci = f" [{number(i.low, 4)}, {number(i.high, 4)}]" if i.known else ""
     return f"mean of {c.n} runs: {metric} {number(i.mean, 4)}{ci} (trials {', '.join(map(str, c.numbers))})"
+
+
+def _other_evidence(r: TrialRecord) -> str:
+    """A trial that is no full run of any config."""
+    if r.state == State.REJECTED:
+        return "rejected: not launched"
+    if r.early_stopped:
+        return "stopped early: estimates"
+    return "no measurement"
 
 
 def tag_recommendation(tracker: MlflowTracker, logged: Mapping[int, str], study: optuna.Study,

@@ -40,10 +40,10 @@ COMPARE_VIEW = "autotune-compare"
 _SECTION = "autotune"
 # The runs table's run-name column (its id in MLflow 3.17's grid) and its width in pixels.
 RUN_NAME_COLUMN = "attributes.`Run Name`"
-RUN_NAME_WIDTH_PX = 460
+RUN_NAME_WIDTH_PX = 440
 # The `evidence` tag: the figures rounded for reading, and what they stand on (tracking/report.py).
 EVIDENCE_COLUMN = "tags.`evidence`"
-EVIDENCE_WIDTH_PX = 360
+EVIDENCE_WIDTH_PX = 280
 
 
 def experiment_tags(space: SearchSpace, study: str, experiment_id: str, created_ms: int = 0) -> dict[str, str]:
