@@ -7,6 +7,7 @@ from typing import Any
 from autotune.backends.base import EventHook, TrialRequest
 from autotune.deploy import NOMINAL, SimProfile
 from autotune.results import TrialResult
+from autotune.sim.quirks import NONE, Quirks
 from autotune.sim.trial import simulate_trial
 
 
@@ -23,9 +24,12 @@ class SimBackend:
 
     name = "sim"
 
-    def __init__(self, profile: SimProfile = NOMINAL, events: EventHook | None = None, **_: Any) -> None:
+    def __init__(self, profile: SimProfile = NOMINAL, events: EventHook | None = None, quirks: Quirks = NONE,
+                 **_: Any) -> None:
         # Other options are accepted for interface symmetry with the other backends.
+        # ``quirks``: a benchmark truth's structural departures (autotune.sim.quirks).
         self.profile = profile
+        self.quirks = quirks
         self.events = events
 
     def run_trial(self, request: TrialRequest) -> TrialResult:
@@ -41,6 +45,7 @@ class SimBackend:
             early_stop=request.early_stop,
             env=server.env,
             profile=self.profile,
+            quirks=self.quirks,
         )
 
     def close(self) -> None:

@@ -33,6 +33,7 @@ from autotune.sim.events import Clock, LoadGenerator
 from autotune.sim.hazard import Hazard
 from autotune.sim.kv_cache import BlockPool
 from autotune.sim.perf import PerfModel
+from autotune.sim.quirks import NONE, Quirks
 from autotune.sim.request import SimRequest
 from autotune.sim.scheduler import Scheduler
 from autotune.sim.step_memory import StepMemory, StepMemoryModel
@@ -68,13 +69,15 @@ class _Pending:
 
 class TrialSim:
     def __init__(self, dep: Deployment, startup: StartupPrediction, workload: WorkloadSpec, profile: SimProfile,
-                 seed: int = 0, early_stop: EarlyStopRule | None = None) -> None:
+                 seed: int = 0, early_stop: EarlyStopRule | None = None, quirks: Quirks = NONE,
+                 field: float = 1.0) -> None:
         self.dep = dep
         self.startup = startup
         self.workload = workload
         self.profile = profile
         self.early_stop = early_stop
-        self.perf = PerfModel(dep, profile)
+        self.quirks = quirks  # a truth's structural departures (sim/quirks.py); none in autotune's model
+        self.perf = PerfModel(dep, profile, quirks, field)
         self.memory = StepMemoryModel(dep, profile, self.perf.max_graph_batch)
         self.hazard = Hazard.from_profile(startup.mem.headroom * GiB, profile)
         # String seeds hash deterministically (sha512), independent of PYTHONHASHSEED.
@@ -109,14 +112,19 @@ class TrialSim:
 
     def _new_engine(self) -> None:
         """A server start: fresh KV cache and scheduler, and this start's noise draws."""
-        dep, p = self.dep, self.profile
-        self.pool = BlockPool(self.startup.num_gpu_blocks, dep.block_size, dep.config.cache.enable_prefix_caching)
-        self.sched = Scheduler(dep, self.pool)
-        speed, start = 1.0, 1.0
+        dep, p, q = self.dep, self.profile, self.quirks
+        speed, start, kv = 1.0, 1.0, 1.0
         if p.noise:
             draws = random.Random(f"autotune-sim/start/{self.workload.seed}/{self.seed}/{len(self.stats.speed_factors)}")
             speed = draws.lognormvariate(0.0, p.run_speed_sigma)
             start = draws.lognormvariate(0.0, p.startup_sigma)
+            if q is not NONE:
+                run_speed, kv = q.start_draws(draws)
+                speed *= run_speed
+        blocks = self.startup.num_gpu_blocks if kv == 1.0 else max(int(self.startup.num_gpu_blocks * kv), 2)
+        self.pool = BlockPool(blocks, dep.block_size, dep.config.cache.enable_prefix_caching)
+        self.sched = Scheduler(dep, self.pool, q.prefill_chunk_cap)
+        self.engine_start_s = self.clock.now  # uptime counts from here (fragmentation)
         self.speed = speed
         self.start_s = self.startup.startup_s * start
         self.stats.speed_factors.append(speed)
@@ -202,7 +210,10 @@ class TrialSim:
         st = self.stats
         st.max_act = max(st.max_act, mem.act)
         st.max_unprofiled = max(st.max_unprofiled, mem.unprofiled)
-        p = self.hazard.p_step(mem.act, mem.unprofiled)
+        act = mem.act
+        if self.quirks.frag_growth:
+            act *= self.quirks.fragmentation(self.clock.now - self.engine_start_s)
+        p = self.hazard.p_step(act, mem.unprofiled)
         st.max_p = max(st.max_p, p)
         return Hazard.first_failure(p, k, self.rng)
 
@@ -220,8 +231,7 @@ class TrialSim:
             k = min(k, int((t_arr - self.clock.now) / self.perf.time(c0)))
             if k < 2:
                 return False
-        d_flops = self.perf.attn_coef * s * (self.perf.rate / self.perf.attn_rate)
-        d_bytes = self.perf.kv_tok * s
+        d_flops, d_bytes = self.perf.decode_growth(s, kv_read)
         # Nothing in the batch changes over the run, so neither does a step's memory or p.
         mem = self.memory.step(s, s, True, None, any(r.logprobs for r in running))
         fail = self._crash_draw(mem, k)

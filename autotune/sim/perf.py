@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from autotune.deploy import Deployment, SimProfile
 from autotune.deploy.memory import capture_sizes
+from autotune.sim.quirks import NONE, Quirks
 
 EAGER_KERNELS_PER_LAYER = 14  # norms, qkv, rope, attention, o, 2 all-reduces, gate_up, act, down, adds
 
@@ -32,9 +33,16 @@ class StepCost:
 
 
 class PerfModel:
-    def __init__(self, dep: Deployment, profile: SimProfile) -> None:
+    def __init__(self, dep: Deployment, profile: SimProfile, quirks: Quirks = NONE, field: float = 1.0) -> None:
+        """``quirks``: a truth's structural departures (autotune/sim/quirks.py; none for
+        autotune's own model); ``field``: its smooth random field at this config."""
         a, g, tp, p = dep.arch, dep.gpu, dep.tp, profile
         self.dep = dep
+        self.quirks = quirks
+        self.quirky = quirks.active  # checked once: the step-time path is hot
+        self.scale = field  # on every step time
+        fp8_kv = dep.config.cache.kv_cache_dtype.startswith("fp8")
+        self.fp8_kv_slow = fp8_kv and not g.fp8_tflops  # stored in fp8, dequantised to compute
         self.rate = g.peak_matmul_flops(dep.precision) * p.compute_eff
         # Attention runs in the KV cache's dtype on bf16 tensor cores.
         self.attn_rate = g.peak_matmul_flops("bf16") * p.compute_eff
@@ -48,6 +56,7 @@ class PerfModel:
         self.hidden = a.hidden_size
         self.tp = tp
         sizes = capture_sizes(dep)
+        self.capture = sizes
         self.max_graph_batch = max(sizes) if sizes else 0
         custom_ar = not dep.config.parallel.disable_custom_all_reduce
         self.ar_latency = (g.link_latency_us * p.link_latency_scale if custom_ar else p.nccl_latency_us) * 1e-6
@@ -73,19 +82,37 @@ class PerfModel:
             launch = self.piecewise_frac * self.launch_s
         else:
             launch = self.launch_s
-        return self.all_reduce_s(tokens) + launch + self.cpu_step_s + self.cpu_seq_s * seqs
+        cpu = self.cpu_step_s + self.cpu_seq_s * seqs * self.quirks.cpu_seq_factor(seqs)
+        return self.all_reduce_s(tokens) + launch + cpu
 
     def cost(self, tokens: int, seqs: int, attn_work: float, kv_read_tokens: int, decode_only: bool,
              logit_rows: int = 0) -> StepCost:
         """``attn_work`` = sum over sequences of new x (context_before + (new + 1) / 2);
         ``logit_rows``: prompt rows the LM head also runs over (prompt logprobs)."""
-        flops_gemm = self.gemm_flops_tok * tokens + self.lm_flops_seq * (seqs + logit_rows)
-        flops = flops_gemm + self.attn_coef * attn_work * (self.rate / self.attn_rate)
-        byts = self.weight_bytes + self.kv_tok * (kv_read_tokens + tokens)
-        return StepCost(flops, byts, self.fixed_s(tokens, seqs, decode_only))
+        q = self.quirks
+        rows = q.gemm_rows(tokens, decode_only, self.capture) if self.quirky else tokens
+        flops_gemm = self.gemm_flops_tok * rows + self.lm_flops_seq * (seqs + logit_rows)
+        attn = self.attn_coef * attn_work * (self.rate / self.attn_rate)
+        kv_read = float(self.kv_tok * kv_read_tokens)
+        if self.quirky:
+            attn *= q.attention_scale(kv_read_tokens / max(seqs, 1), self.fp8_kv_slow)
+            kv_read *= q.kv_read_scale(self.fp8_kv_slow)
+        byts = self.weight_bytes + kv_read + self.kv_tok * tokens
+        return StepCost(flops_gemm + attn, byts, self.fixed_s(tokens, seqs, decode_only))
+
+    def decode_growth(self, seqs: int, kv_read_tokens: int) -> tuple[float, float]:
+        """(FLOPs, bytes) a decode step of ``seqs`` sequences gains per step as each reads one
+        more token of KV; a truth's attention shape is taken at the run's first step."""
+        d_flops = self.attn_coef * seqs * (self.rate / self.attn_rate)
+        d_bytes = float(self.kv_tok * seqs)
+        q = self.quirks
+        if self.quirky:
+            d_flops *= q.attention_scale(kv_read_tokens / max(seqs, 1), self.fp8_kv_slow)
+            d_bytes *= q.kv_read_scale(self.fp8_kv_slow)
+        return d_flops, d_bytes
 
     def time(self, c: StepCost) -> float:
-        return max(c.flops / self.rate, c.bytes / self.bw) + c.fixed_s
+        return (max(c.flops / self.rate, c.bytes / self.bw) + c.fixed_s) * self.scale
 
     def decode_run_s(self, c0: StepCost, d_flops: float, d_bytes: float, k: int) -> float:
         """Sum of k consecutive decode steps whose FLOPs and bytes grow by d_* per step
@@ -94,7 +121,7 @@ class PerfModel:
         a1, b1 = c0.flops / self.rate, d_flops / self.rate
         a2, b2 = c0.bytes / self.bw, d_bytes / self.bw
         total = k * c0.fixed_s
-        return total + _sum_max_linear(a1, b1, a2, b2, k)
+        return (total + _sum_max_linear(a1, b1, a2, b2, k)) * self.scale
 
 
 def _arith(a: float, b: float, j0: int, j1: int) -> float:

@@ -49,8 +49,11 @@ class StepPlan:
 
 
 class Scheduler:
-    def __init__(self, dep: Deployment, pool: BlockPool) -> None:
+    def __init__(self, dep: Deployment, pool: BlockPool, prefill_cap: int = 0) -> None:
+        """``prefill_cap``: a scheduler variant of a truth (sim/quirks.py): each request's
+        prefill chunk is at most this many tokens a step; 0, V1's rule (the budget)."""
         sc = dep.config.scheduler
+        self.prefill_cap = prefill_cap
         self.max_seqs = sc.max_num_seqs
         self.budget = sc.max_num_batched_tokens
         self.chunked = sc.enable_chunked_prefill
@@ -75,7 +78,7 @@ class Scheduler:
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            n = min(req.num_tokens - req.num_computed, budget)
+            n = self._chunk(req, min(req.num_tokens - req.num_computed, budget))
             scheduled = True
             while not pool.allocate(req, n):
                 victim = running.pop()
@@ -107,8 +110,14 @@ class Scheduler:
         todo = req.num_tokens - req.num_computed - hits * self.pool.block_size
         if not self.chunked and todo > budget:
             return None
-        n = min(todo, budget)
+        n = self._chunk(req, min(todo, budget))
         return hits, n, self.pool.new_blocks_needed(req, n, hits)
+
+    def _chunk(self, req: SimRequest, n: int) -> int:
+        """``n`` tokens of ``req``, capped by the prefill chunk limit while it prefills."""
+        if self.prefill_cap and self.chunked and n > 1:
+            return min(n, self.prefill_cap)
+        return n
 
     def _admit(self, plan: StepPlan, budget: int) -> int:
         pool, running, waiting = self.pool, self.running, self.waiting

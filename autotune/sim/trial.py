@@ -19,17 +19,21 @@ from autotune.engine import unmodelled_flags
 from autotune.errors import UserError
 from autotune.results import FailureClass, TrialResult, startup_failure
 from autotune.sim.engine import TrialSim
+from autotune.sim.quirks import NONE, Quirks
 from autotune.workload import WorkloadSpec
 
 
 def simulate_trial(model: str, gpu: str, flags: Mapping[str, Any], workload: WorkloadSpec,
                    seed: int = 0, early_stop: EarlyStopRule | None = None, *,
-                   env: Mapping[str, str] | None = None, profile: SimProfile = NOMINAL) -> TrialResult:
+                   env: Mapping[str, str] | None = None, profile: SimProfile = NOMINAL,
+                   quirks: Quirks = NONE) -> TrialResult:
     """Start a simulated vLLM with ``flags`` and run the workload's benchmark on it.
 
     ``env`` is the server's environment (a space's ``engine.env``): the vLLM variables that
     change its memory behaviour are read from it (:mod:`autotune.deploy.vllm_env`).
-    ``profile`` holds the simulator's uncertain constants and its noise switch.
+    ``profile`` holds the simulator's uncertain constants and its noise switch; ``quirks``
+    the structural departures of a benchmark's truth (:mod:`autotune.sim.quirks`; none
+    otherwise).
 
     An unknown model or GPU, or a vLLM variable vLLM could not parse, raises UserError (the
     space is wrong, not the trial); a flag vLLM would reject and a startup that fails come
@@ -39,7 +43,7 @@ def simulate_trial(model: str, gpu: str, flags: Mapping[str, Any], workload: Wor
     resolve_model(model)
     get_gpu(gpu)
     VllmEnv.from_env(env)
-    result = _run(model, gpu, flags, workload, seed, early_stop, env, profile)
+    result = _run(model, gpu, flags, workload, seed, early_stop, env, profile, quirks)
     ignored = unmodelled_flags(flags)
     if ignored:
         result.warnings.append(f"the simulator does not model {', '.join(ignored)}: these simulated numbers "
@@ -48,7 +52,8 @@ def simulate_trial(model: str, gpu: str, flags: Mapping[str, Any], workload: Wor
 
 
 def _run(model: str, gpu: str, flags: Mapping[str, Any], workload: WorkloadSpec, seed: int,
-         early_stop: EarlyStopRule | None, env: Mapping[str, str] | None, profile: SimProfile) -> TrialResult:
+         early_stop: EarlyStopRule | None, env: Mapping[str, str] | None, profile: SimProfile,
+         quirks: Quirks = NONE) -> TrialResult:
     try:
         dep = resolve_deployment(model, gpu, flags, env)
     except UserError as e:
@@ -61,4 +66,4 @@ def _run(model: str, gpu: str, flags: Mapping[str, Any], workload: WorkloadSpec,
         res.gpus, res.goodput_slo = dep.gpus, workload.goodput_slo
         res.extra = {"simulated": True, "mem_gib": plan.mem.as_dict()}
         return res
-    return TrialSim(dep, plan, workload, profile, seed, early_stop).run()
+    return TrialSim(dep, plan, workload, profile, seed, early_stop, quirks, quirks.field_factor(flags)).run()
