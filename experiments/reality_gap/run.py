@@ -1,11 +1,14 @@
 """One case of the reality-gap benchmark: a scenario, a truth seed, a strategy. SIMULATED.
 
-    .venv/bin/python -m experiments.reality_gap.run --scenario NAME --truth-seed N --strategy S --json
+    .venv/bin/python -m experiments.reality_gap.run --scenario NAME|PATH --truth-seed N --strategy S \
+        [--study-seed M] [--truth-family F] --json
 
-NAME is a space in search_spaces/ (its file stem) with a grid in experiments/scenarios/grids.py;
-S is random, tpe, grid, autotune or an ablation of autotune (strategies.py). The truth is
-the simulator with its uncertain constants perturbed by seed N, noise on; only the study's
-backend sees it (study.py). The study runs autotune's own trial loop with the space's
+NAME is a space in search_spaces/ (its file stem) with a grid in experiments/scenarios/grids.py,
+or PATH a search-space file (its grid derived from the space: each param's ``grid_points``
+values); S is random, tpe, grid, tpe-confirm, sim-best, auto-tune-sh, autotune or an
+ablation of autotune (strategies.py). The truth is drawn by its family (families.py:
+``structural`` by default, ``constants`` for issue 12's) from seed N, noise on; only the
+study's backend sees it (study.py). The study runs autotune's own trial loop with the space's
 trial budget (``study.trials``, or ``--trials``) on 4 simulated workers, and is scored
 against the truth's brute force (truth.py, score.py). Prints one JSON object (``--json``)
 or a short summary. ``--calibrate`` adds `autotune calibrate`'s held-out p99 error of the
@@ -23,19 +26,27 @@ import time
 from typing import Any
 
 from autotune.errors import UserError
+from experiments.reality_gap import auto_tune_sh, seeds
 from experiments.reality_gap import score as S
-from experiments.reality_gap.strategies import STRATEGIES, variant
+from experiments.reality_gap.families import DEFAULT_FAMILY, FAMILIES
+from experiments.reality_gap.strategies import STRATEGIES, budget, sim_best_space, variant
 from experiments.reality_gap.study import WORKERS, BenchStudy, build
 from experiments.reality_gap.truth import Truth
 from experiments.scenarios import grids
-from experiments.scenarios.ground_truth import space_path
+from experiments.scenarios import ground_truth as gt_mod
+from experiments.scenarios.ground_truth import is_path, space_path
 
 
 def check_scenario(name: str) -> None:
+    if is_path(name):
+        if not space_path(name).is_file():
+            raise UserError(f"--scenario {name!r}: no such search-space file; pass a file path or a "
+                            "search_spaces/ file stem")
+        return
     if not space_path(name).exists() or name not in grids.GRIDS:
         known = sorted(n for n in grids.GRIDS if space_path(n).exists())
         raise UserError(f"--scenario {name!r}: not a search_spaces/ file stem with a brute-force grid; "
-                        f"use one of {', '.join(known)}")
+                        f"use one of {', '.join(known)}, or a search-space file's path")
 
 
 def gpus_per_worker(bench: BenchStudy) -> int:
@@ -46,23 +57,50 @@ def gpus_per_worker(bench: BenchStudy) -> int:
 
 
 def run_case(scenario: str, truth_seed: int, strategy: str, *, trials: int | None = None, seed: int | None = None,
-             calibrate: bool = False, jobs: int = 2, log=lambda *_: None) -> dict[str, Any]:
+             calibrate: bool = False, jobs: int = 2, log=lambda *_: None,
+             family: str = DEFAULT_FAMILY) -> dict[str, Any]:
     """Run one study against the truth and score it (the JSON object of the contract)."""
     check_scenario(scenario)
+    if strategy not in STRATEGIES:
+        raise UserError(f"--strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+    if family not in FAMILIES:
+        raise UserError(f"--truth-family {family!r}: use one of {', '.join(FAMILIES)}")
     t0 = time.time()
-    truth = Truth.load(scenario, truth_seed, jobs=jobs, log=log)
-    space = variant(truth.space, strategy)
-    budget = trials if trials is not None else truth.space.study.trials
+    truth = Truth.load(scenario, truth_seed, jobs=jobs, log=log, family=family)
+    case_budget = trials if trials is not None else truth.space.study.trials
     study_seed = truth_seed if seed is None else seed
     t1 = time.time()
-    bench = build(space, truth.profile, study_seed, budget).run()
+    bench = run_strategy(truth, strategy, study_seed, case_budget, jobs, log)
     study_s = time.time() - t1
-    out = score_case(bench, truth, strategy, study_seed, budget)
+    out = score_case(bench, truth, strategy, study_seed, case_budget)
     if calibrate:
         out["calibration"] = calibration_errors(bench, truth)
     out["runtime_s"] = {"total": round(time.time() - t0, 1), "study": round(study_s, 1),
                         "brute_force": round(truth.brute_force_s, 1)}
     return out
+
+
+def run_strategy(truth: Truth, strategy: str, study_seed: int, case_budget: int, jobs: int = 2,
+                 log=lambda *_: None) -> BenchStudy:
+    """One study of ``strategy`` against ``truth``: the space it sees, run to its end."""
+    if strategy == "sim-best":
+        nominal = gt_mod.brute_force(truth.scenario, jobs=jobs, log=log)  # the model's own brute force
+        if nominal.target is None:
+            raise UserError(f"{truth.name}: the nominal simulator finds no config within the OOM limit")
+        space = sim_best_space(truth.space, truth.params(nominal.target))
+        return build(space, truth.backend(), study_seed, budget(strategy, case_budget)).run()
+    space = variant(truth.space, strategy)
+    if strategy == "auto-tune-sh":
+        study, pool = auto_tune_sh.run(space, truth.backend(), study_seed, WORKERS)
+        return BenchStudy(space, study, pool, None)
+    return build(space, truth.backend(), study_seed, budget(strategy, case_budget)).run()
+
+
+def budget_gpu_hours(truth: Truth, case_budget: int, gpus: int) -> float:
+    """What a case's budget is worth in GPU-hours: its trials at the truth's best config's
+    GPU time each (the normaliser of the GPU-hour figures and the regret curve's span)."""
+    per_trial = float(truth.best.get("gpu_time_s") or 0.0)
+    return case_budget * gpus * per_trial / 3600.0
 
 
 def score_case(bench: BenchStudy, truth: Truth, strategy: str, study_seed: int, budget: int) -> dict[str, Any]:
@@ -72,12 +110,21 @@ def score_case(bench: BenchStudy, truth: Truth, strategy: str, study_seed: int, 
     chosen = S.export_choice(recs, bench.space)
     row = truth.value(chosen.flags) if chosen is not None else None
     best = truth.best
-    progress = S.hours_to_within(timed, bench.space, gpus, lambda f: truth.within(truth.value(f)))
+    progress = S.hours_to_within(timed, bench.space, gpus, lambda f: truth.within(truth.value(f)),
+                                 lambda f: _true_regret(truth, f))
     fin = S.finite_or_none
+    span = budget_gpu_hours(truth, budget, gpus)
+
+    def frac(h: float | None) -> float | None:
+        return None if h is None or not span else h / span
+
     return {
-        "note": "SIMULATED (autotune.sim with a perturbed profile); not a GPU measurement",
-        "scenario": truth.scenario,
+        "note": "SIMULATED (autotune.sim, a truth of the family below); not a GPU measurement",
+        "scenario": truth.name,
         "truth_seed": truth.seed,
+        "truth_family": truth.family,
+        "truth_kind": seeds.kind(truth.seed),
+        "truth_mechanisms": list(truth.draw.mechanisms),
         "strategy": strategy,
         "study_seed": study_seed,
         "trials": budget,
@@ -98,6 +145,10 @@ def score_case(bench: BenchStudy, truth: Truth, strategy: str, study_seed: int, 
         "gpu_hours": S.gpu_hours_by(math.inf, timed, gpus),
         "gpu_hours_to_2pct": progress.first,
         "gpu_hours_to_2pct_stable": progress.stable,
+        "budget_gpu_hours": span,
+        "gpu_hours_to_2pct_frac": frac(progress.first),
+        "gpu_hours_to_2pct_stable_frac": frac(progress.stable),
+        "regret_auc": S.regret_auc(progress.curve, span),
         "wall_hours": bench.pool.now / 3600.0,
         "launched": len(timed),
         "rejected": sum(r.state.value == "rejected" for r in recs),
@@ -109,6 +160,13 @@ def score_case(bench: BenchStudy, truth: Truth, strategy: str, study_seed: int, 
         "wasted_launch_trials": wasted,
         "warm_start_failed_launches": len(S.failed_launches(recs, warm_start=True)),
     }
+
+
+def _true_regret(truth: Truth, flags: dict[str, Any]) -> float:
+    """The true regret of exporting ``flags``, over the OOM limit or not serving as NaN
+    (the regret curve caps both)."""
+    row = truth.value(flags)
+    return truth.regret(row) if row["started"] and float(row["oom_per_1k"]) <= S.OOM_LIMIT else math.nan
 
 
 def calibration_errors(bench: BenchStudy, truth: Truth) -> dict[str, Any]:
@@ -130,7 +188,8 @@ def calibration_errors(bench: BenchStudy, truth: Truth) -> dict[str, Any]:
 
 def summary(out: dict[str, Any]) -> str:
     h = out["gpu_hours_to_2pct"]
-    return (f"{out['scenario']} truth {out['truth_seed']} {out['strategy']} (SIMULATED): exported trial "
+    return (f"{out['scenario']} truth {out['truth_seed']} ({out['truth_family']}) {out['strategy']} "
+            f"study seed {out['study_seed']} (SIMULATED): exported trial "
             f"{out['exported_trial']}, true {out['main_objective']} {out['true_main']} vs best {out['true_best']:.4g} "
             f"(regret {out['regret']}), true OOM/1k {out['true_oom_per_1k']}, within 2 %: {out['within_2pct']}; "
             f"GPU-h {out['gpu_hours']:.2f}, to 2 %: {'never' if h is None else f'{h:.2f}'}; wrongly rejected "
@@ -139,11 +198,12 @@ def summary(out: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scenario", required=True, help="a search_spaces/ file stem with a grid")
-    ap.add_argument("--truth-seed", type=int, required=True, help="the truth: SimProfile.perturbed(N)")
+    ap.add_argument("--scenario", required=True, help="a search_spaces/ file stem with a grid, or a space file's path")
+    ap.add_argument("--truth-seed", type=int, required=True, help="the truth's seed (seeds.py: dev and eval seeds)")
+    ap.add_argument("--truth-family", default=DEFAULT_FAMILY, choices=FAMILIES, help="how truths depart from the model")
     ap.add_argument("--strategy", required=True, choices=STRATEGIES)
     ap.add_argument("--trials", type=int, help="trial budget (default: the space's study.trials)")
-    ap.add_argument("--seed", type=int, help="study seed (default: the truth seed)")
+    ap.add_argument("--study-seed", "--seed", dest="seed", type=int, help="study seed (default: the truth seed)")
     ap.add_argument("--calibrate", action="store_true", help="add the calibration error on this study's trials")
     ap.add_argument("--jobs", type=int, default=2, help="processes for a brute force that is not cached")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
@@ -152,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.trials is not None and args.trials < 1:
             raise UserError(f"--trials {args.trials}: must be at least 1")
         out = run_case(args.scenario, args.truth_seed, args.strategy, trials=args.trials, seed=args.seed,
-                       calibrate=args.calibrate, jobs=args.jobs, log=lambda m: print(m, file=sys.stderr))
+                       calibrate=args.calibrate, jobs=args.jobs, log=lambda m: print(m, file=sys.stderr),
+                       family=args.truth_family)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -70,28 +70,55 @@ def export_choice(recs: Sequence[TrialRecord], space: SearchSpace) -> ConfigEvid
 class Progress:
     first: float | None  # GPU-hours until the export is first truly within 2 %
     stable: float | None  # GPU-hours from which it stays within 2 % to the end
+    curve: tuple[tuple[float, float], ...] = ()  # (GPU-hours, true regret of the export then), capped
+
+
+REGRET_CAP = 1.0  # no export, one over the OOM limit, or one that does not serve: regret 100 %
 
 
 def hours_to_within(timed: Sequence[Timed], space: SearchSpace, gpus: int,
-                    within: Callable[[Mapping[str, Any]], bool]) -> Progress:
-    """``within(flags)``: whether a config is truly within 2 % and the OOM limit."""
-    memo: dict[str, bool] = {}
+                    within: Callable[[Mapping[str, Any]], bool],
+                    regret: Callable[[Mapping[str, Any]], float] | None = None) -> Progress:
+    """``within(flags)``: whether a config is truly within 2 % and the OOM limit;
+    ``regret(flags)``: its true regret (NaN or over the limit: capped), for the curve."""
+    memo: dict[str, tuple[bool, float]] = {}
     done: list[TrialRecord] = []
     first = stable = None
+    curve: list[tuple[float, float]] = []
     for x in timed:
         done.append(x.record)
         c = export_choice(done, space)
-        ok = False
+        ok, r = False, REGRET_CAP
         if c is not None:
             key = config_key(c.flags)
             if key not in memo:
-                memo[key] = within(c.flags)
-            ok = memo[key]
+                memo[key] = (within(c.flags), _capped(regret(c.flags)) if regret else REGRET_CAP)
+            ok, r = memo[key]
         hours = gpu_hours_by(x.end_s, timed, gpus)
+        curve.append((hours, r))
         if ok and first is None:
             first = hours
         stable = (stable if stable is not None else hours) if ok else None
-    return Progress(first, stable)
+    return Progress(first, stable, tuple(curve))
+
+
+def _capped(r: float) -> float:
+    return REGRET_CAP if r is None or math.isnan(r) else min(max(r, 0.0), REGRET_CAP)
+
+
+def regret_auc(curve: Sequence[tuple[float, float]], budget_hours: float) -> float:
+    """Area under the regret-vs-GPU-hours step curve from 0 to ``budget_hours``, divided by
+    ``budget_hours`` (0: truly best from the start; 1: nothing within reach). The regret is
+    ``REGRET_CAP`` until the first export and keeps its last value after the study ends."""
+    if budget_hours <= 0:
+        return math.nan
+    area, h0, r0 = 0.0, 0.0, REGRET_CAP
+    for h, r in curve:
+        h = min(h, budget_hours)
+        area += r0 * max(h - h0, 0.0)
+        h0, r0 = max(h0, h), r
+    area += r0 * max(budget_hours - h0, 0.0)
+    return area / budget_hours
 
 
 def wrongly_rejected(recs: Sequence[TrialRecord], starts: Callable[[Mapping[str, Any]], bool]) -> list[int]:

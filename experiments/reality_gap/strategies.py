@@ -19,7 +19,19 @@ a space: it goes to the pool's backend alone (:mod:`experiments.reality_gap.stud
   largest config and then benchmarks the 8 combinations at the highest gmu that started;
   the product holds every config the script can run.)
 * ``autotune``: the space as shipped (sampler ``autotune``, every part of
-  ``study.strategy`` at its default, the space's ``study.confirm``).
+  ``study.strategy`` at its default: the sweep, the screen, pruning, early stop, warm start;
+  the space's ``study.confirm``).
+* ``tpe-confirm``: ``tpe`` with the space's confirmation runs and the same export rule:
+  what confirmation adds, apart from what autotune's search adds.
+* ``sim-best``: zero search. The nominal simulator's brute-force best config on the
+  scenario's grid (the committed nominal ground truth, experiments/scenarios), measured
+  once: what a user who trusts the simulator gets for one GPU trial.
+* ``auto-tune-sh``: vLLM's ``benchmarks/auto_tune/auto_tune.sh`` procedure: start the server
+  with the largest lists' values (max_num_seqs 256, max_num_batched_tokens 4096) at
+  gpu_memory_utilization 0.98, then 0.97, ... down to 0.90, one start at a time, until one
+  starts; then benchmark every max_num_seqs x max_num_batched_tokens of its lists at that
+  gmu, prefix caching on (:mod:`experiments.reality_gap.auto_tune_sh`). The script's p99
+  ceiling is the export rule's OOM-then-objective ranking here, as for every strategy.
 * ablations: ``autotune`` with one part off (:data:`ABLATIONS`).
 """
 
@@ -32,7 +44,7 @@ from autotune.space.schema import ParamSpec
 
 # Every autotune part off: what a plain Optuna tuner does.
 PLAIN = dict(prune_startup_failures=False, feasibility_constraints=False, early_stop=False, warm_start=False,
-             screen=False)
+             screen=False, sweep=False)
 
 # vLLM benchmarks/auto_tune/auto_tune.sh (NUM_SEQS_LIST, NUM_BATCHED_TOKENS_LIST, the gmu probe).
 AUTO_TUNE_SEQS = [128, 256]
@@ -41,12 +53,13 @@ AUTO_TUNE_GMU = [round(0.98 - 0.01 * i, 2) for i in range(9)]
 
 # name -> (study.strategy changes, study.confirm changes) on top of the shipped space.
 ABLATIONS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "autotune-nosweep": ({"sweep": False}, {}),
     "autotune-noscreen": ({"screen": False}, {}),
     "autotune-nolearn": ({"prune_learns_error": False}, {}),
     "autotune-nominal": ({"model_profile": "nominal"}, {}),
     "autotune-noconfirm": ({}, {"finalists": 0}),
 }
-BASELINES = ("random", "tpe", "grid")
+BASELINES = ("random", "tpe", "grid", "tpe-confirm", "sim-best", "auto-tune-sh")
 STRATEGIES = (*BASELINES, "autotune", *ABLATIONS)
 
 
@@ -59,8 +72,13 @@ def variant(space: SearchSpace, strategy: str) -> SearchSpace:
         return _with_study(space, space.study.sampler, switches, confirm)
     if strategy in ("random", "tpe"):
         return _with_study(space, strategy, PLAIN, {"finalists": 0})
-    if strategy == "grid":
+    if strategy == "tpe-confirm":
+        return _with_study(space, "tpe", PLAIN, {})
+    if strategy in ("grid", "auto-tune-sh"):
+        # auto-tune-sh enqueues its own sequence (auto_tune_sh.py); the sampler is never asked.
         return _with_study(_auto_tune_lists(space), "grid", PLAIN, {"finalists": 0})
+    if strategy == "sim-best":
+        raise ValueError("sim-best is a config, not a space: use sim_best_space(space, params)")
     raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
 
 
@@ -81,3 +99,16 @@ def _auto_tune_lists(space: SearchSpace) -> SearchSpace:
     }
     engine = space.engine.model_copy(update={"flags": {**space.engine.flags, "enable_prefix_caching": True}})
     return space.model_copy(update={"params": params, "engine": engine, "references": []})
+
+
+def sim_best_space(space: SearchSpace, params: dict[str, Any]) -> SearchSpace:
+    """The space with every searched param held at the nominal simulator's best ``params``
+    (one categorical choice each), every part off: one trial measures exactly that config."""
+    fixed = {n: ParamSpec(type="categorical", choices=[params[n]]) for n in space.params if n in params}
+    return _with_study(space.model_copy(update={"params": fixed, "references": []}), "grid", PLAIN, {"finalists": 0})
+
+
+def budget(strategy: str, space_budget: int) -> int:
+    """Trials a strategy runs: the space's budget, except sim-best's single measurement
+    (auto-tune-sh stops when its procedure ends)."""
+    return 1 if strategy == "sim-best" else space_budget

@@ -4,7 +4,7 @@ The study is built as ``autotune run`` builds it (``calibrate.search_sampler``: 
 strategy's sampler, behind the screen when ``study.strategy.screen``; ``open_study``: the
 warm start) and run by ``study.driver.TrialLoop`` on experiments/search's simulated-clock
 pool of 4 workers. The only difference from a real study is who answers a trial: the sim
-backend with the TRUTH's profile (``SimBackend(profile=truth)``). The space the loop,
+backend running the TRUTH (``families.TruthBackend``: its profile, quirks and node noise). The space the loop,
 the pruning, the screen and the export see is the scenario's own, whose
 ``engine.sim_profile`` is nominal: autotune's model starts from the nominal simulator
 (``study.strategy.model_profile``) and learns only from what the trials measured.
@@ -13,12 +13,11 @@ the pruning, the screen and the export see is the scenario's own, whose
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import optuna
 
-from autotune.backends.sim import SimBackend
 from autotune.calibrate import search_sampler
-from autotune.deploy import SimProfile
 from autotune.space import SearchSpace
 from autotune.study.driver import TrialLoop
 from autotune.study.opening import open_study
@@ -33,18 +32,20 @@ class BenchStudy:
     space: SearchSpace  # what autotune sees: the strategy's variant of the scenario
     study: optuna.Study
     pool: SimClockPool
-    loop: TrialLoop
+    loop: TrialLoop | None  # None: a procedure that ran its own loops (auto_tune_sh.py)
 
     def run(self) -> BenchStudy:
-        self.loop.run()
+        if self.loop is not None:
+            self.loop.run()
         return self
 
     def records(self) -> list[TrialRecord]:
         return records(self.study.get_trials(deepcopy=False))
 
 
-def build(space: SearchSpace, truth: SimProfile, seed: int, trials: int, workers: int = WORKERS) -> BenchStudy:
-    """An in-memory study of ``space`` whose trials the truth answers; not run yet."""
-    study = open_study(space, f"{space.study.name or 'reality-gap'}-{seed}", None, search_sampler(space, seed)).study
-    pool = SimClockPool(workers, backend=SimBackend(profile=truth))
+def build(space: SearchSpace, backend: Any, seed: int, trials: int, workers: int = WORKERS) -> BenchStudy:
+    """An in-memory study of ``space`` whose trials ``backend`` (the truth's) answers; not run yet."""
+    study = open_study(space, f"{space.study.name or 'reality-gap'}-{seed}", None, search_sampler(space, seed),
+                       target=trials).study
+    pool = SimClockPool(workers, backend=backend)
     return BenchStudy(space, study, pool, TrialLoop(study, space, pool, target=trials, seed=seed))

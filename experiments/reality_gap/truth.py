@@ -1,14 +1,17 @@
-"""A stand-in for reality: a truth seed's perturbed simulator, and what is truly best under it.
+"""A stand-in for reality: a truth seed's simulator, and what is truly best under it.
 
-A truth is ``space.engine.profile.perturbed(seed)``: every uncertain constant of the
-simulator drawn log-uniformly within its documented range (docs/simulator.md, "The
-profile"), with the run-to-run noise ON. Trials measure it through the sim backend; nothing
-else of autotune ever sees it. What is *truly* good is judged with the same constants and
+A truth is drawn by its family (families.py): ``structural`` (the default) perturbs every
+uncertain constant and adds structural departures the model has no constant for
+(``autotune.sim.quirks``) and a cluster's noise; ``constants`` (issue 12's) is
+``space.engine.profile.perturbed(seed)`` alone. The run-to-run noise is ON. Trials measure it
+through the benchmark's backend (``families.TruthBackend``); nothing else of autotune ever
+sees it. What is *truly* good is judged with the same constants and
 the noise OFF, by experiments/scenarios' brute force on the scenario's grid (its target is
 the true best) and, for configs off the grid, by the same rule config by config
 (``experiments.scenarios.ground_truth.true_value``).
 
 The brute force of each (scenario, truth seed) is committed under ``truths/NAME/seed-N/``
+(``constants``) or ``truths/structural/NAME/seed-N/``
 (the scenario script's three files and its cache key), so a fresh clone runs any call of
 the benchmark without it; a changed space, grid or profile no longer matches the key and
 is brute-forced again (minutes; the README gives the times). ALL VALUES ARE SIMULATED.
@@ -26,6 +29,8 @@ from typing import Any
 
 from autotune.deploy import SimProfile, predict_startup
 from autotune.space import SearchSpace, load_space
+from experiments.reality_gap import families
+from experiments.reality_gap.families import DEFAULT_FAMILY, TruthBackend, TruthDraw
 from experiments.scenarios import ground_truth as gt_mod
 
 TRUTHS = Path(__file__).resolve().parent / "truths"
@@ -37,22 +42,34 @@ def scenario_space(scenario: str) -> SearchSpace:
     return load_space(gt_mod.space_path(scenario))
 
 
+def truth_draw(space: SearchSpace, scenario: str, truth_seed: int, family: str = DEFAULT_FAMILY) -> TruthDraw:
+    """The truth's physics, noise on: what the benchmark's backend runs."""
+    return families.draw(space.engine.profile, family, gt_mod.scenario_name(scenario), truth_seed)
+
+
 def truth_profile(space: SearchSpace, truth_seed: int) -> SimProfile:
-    """The truth's constants, noise on: what the pool's backend runs."""
+    """Issue 12's truth (the ``constants`` family): the perturbed constants, noise on."""
     return space.engine.profile.perturbed(truth_seed)
 
 
-def truth_dir(scenario: str, truth_seed: int) -> Path:
-    return TRUTHS / scenario / f"seed-{truth_seed}"
+def truth_dir(scenario: str, truth_seed: int, family: str = DEFAULT_FAMILY) -> Path:
+    """Where a truth's brute force is kept: committed under truths/ for the named scenarios;
+    under runs/ (not committed) for a space given by path."""
+    name = gt_mod.scenario_name(scenario)
+    if gt_mod.is_path(scenario):
+        return gt_mod.CACHE.parent / "reality_gap_truths" / family / name / f"seed-{truth_seed}"
+    if family == "constants":  # where issue 12's truths were committed
+        return TRUTHS / name / f"seed-{truth_seed}"
+    return TRUTHS / family / name / f"seed-{truth_seed}"
 
 
-def is_cached(scenario: str, truth_seed: int) -> bool:
-    """Whether the committed brute force matches the current space, grid and profile."""
+def is_cached(scenario: str, truth_seed: int, family: str = DEFAULT_FAMILY) -> bool:
+    """Whether the committed brute force matches the current space, grid, profile and quirks."""
     space = scenario_space(scenario)
-    grid = gt_mod.grids.grid_for(scenario)
-    prof = truth_profile(space, truth_seed).without_noise()
-    key = gt_mod.cache_key(space, grid, prof, gt_mod.Settings())
-    target = truth_dir(scenario, truth_seed) / gt_mod.TARGET
+    grid = gt_mod.scenario_grid(scenario, space)
+    d = truth_draw(space, scenario, truth_seed, family)
+    key = gt_mod.cache_key(space, grid, d.profile.without_noise(), gt_mod.Settings(), d.quirks)
+    target = truth_dir(scenario, truth_seed, family) / gt_mod.TARGET
     return target.exists() and json.loads(target.read_text()).get("cache_key") == key
 
 
@@ -60,22 +77,40 @@ def is_cached(scenario: str, truth_seed: int) -> bool:
 class Truth:
     """One scenario under one truth seed: its brute force and the true value of any config."""
 
-    scenario: str
+    scenario: str  # a search_spaces/ stem, or a space file's path
     seed: int
     space: SearchSpace
-    profile: SimProfile  # noise on: the backend's
+    draw: TruthDraw  # noise on: the backend's
     grid: gt_mod.GroundTruth
     brute_force_s: float  # 0 when it came from the cache
     _memo: dict[tuple, dict[str, Any]] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def load(cls, scenario: str, seed: int, jobs: int = 2, log=lambda *_: None) -> Truth:
+    def load(cls, scenario: str, seed: int, jobs: int = 2, log=lambda *_: None,
+             family: str = DEFAULT_FAMILY) -> Truth:
         space = scenario_space(scenario)
-        profile = truth_profile(space, seed)
+        d = truth_draw(space, scenario, seed, family)
         t0 = time.time()
-        cached = is_cached(scenario, seed)
-        grid = gt_mod.brute_force(scenario, profile, jobs=jobs, out=truth_dir(scenario, seed), log=log)
-        return cls(scenario, seed, space, profile, grid, 0.0 if cached else time.time() - t0)
+        cached = is_cached(scenario, seed, family)
+        grid = gt_mod.brute_force(scenario, d.profile, jobs=jobs, out=truth_dir(scenario, seed, family), log=log,
+                                  quirks=d.quirks)
+        return cls(scenario, seed, space, d, grid, 0.0 if cached else time.time() - t0)
+
+    @property
+    def profile(self) -> SimProfile:
+        return self.draw.profile
+
+    @property
+    def family(self) -> str:
+        return self.draw.family
+
+    @property
+    def name(self) -> str:
+        return gt_mod.scenario_name(self.scenario)
+
+    def backend(self) -> TruthBackend:
+        """What answers the study's trials."""
+        return TruthBackend(self.draw)
 
     @property
     def main(self) -> str:
@@ -89,7 +124,7 @@ class Truth:
     def best(self) -> dict[str, Any]:
         """The grid's best config within the OOM limit (a row of the brute force)."""
         if self.grid.target is None:
-            raise ValueError(f"{self.scenario} truth {self.seed}: no grid config meets the OOM limit")
+            raise ValueError(f"{self.name} truth {self.seed} ({self.family}): no grid config meets the OOM limit")
         return self.grid.target
 
     def params(self, flags: Mapping[str, Any]) -> dict[str, Any]:
@@ -107,7 +142,8 @@ class Truth:
             return row
         key = self.grid.key(params)
         if key not in self._memo:
-            self._memo[key] = gt_mod.true_value(self.space, params, self.profile.without_noise())
+            self._memo[key] = gt_mod.true_value(self.space, params, self.profile.without_noise(),
+                                                quirks=self.draw.quirks)
         return self._memo[key]
 
     def regret(self, row: Mapping[str, Any]) -> float:

@@ -98,6 +98,12 @@ def grid_for(scenario: str) -> dict[str, list[Any]]:
     return GRIDS[scenario]
 
 
+def derived(space: SearchSpace) -> dict[str, list[Any]]:
+    """The grid of a space that has no hand-placed one (a space given by path): each param's
+    ``grid_values`` at the space's ``study.grid_points``, as the grid sampler visits it."""
+    return {name: p.grid_values(space.study.grid_points) for name, p in space.params.items()}
+
+
 def check(grid: dict[str, list[Any]], space: SearchSpace) -> None:
     """Every searched param has grid values, and every value is one the space can sample."""
     if set(grid) != set(space.params):

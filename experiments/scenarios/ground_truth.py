@@ -57,6 +57,7 @@ if not __package__:  # run as a script: make the repository root importable
 
 from autotune.deploy import SimProfile, predict_startup  # noqa: E402
 from autotune.sim import simulate_trial  # noqa: E402
+from autotune.sim.quirks import NONE, Quirks  # noqa: E402
 from autotune.space import SearchSpace, load_space, space_fingerprint  # noqa: E402
 from autotune.study.params import check_constraints  # noqa: E402
 from experiments.scenarios import grids  # noqa: E402
@@ -126,17 +127,46 @@ def main_objective(space: SearchSpace) -> tuple[str, bool]:
     return others[0].metric, others[0].direction == "maximize"
 
 
+def is_path(scenario: str) -> bool:
+    """Whether ``scenario`` names a search-space file rather than a search_spaces/ stem."""
+    return scenario.endswith((".yaml", ".yml")) or "/" in scenario
+
+
 def space_path(scenario: str) -> Path:
-    return SPACES / f"{scenario}.yaml"
+    """A scenario's space file: ``search_spaces/NAME.yaml``, or ``scenario`` itself when it
+    is a path (a new deployment, no code needed)."""
+    return Path(scenario) if is_path(scenario) else SPACES / f"{scenario}.yaml"
 
 
-def cache_key(space: SearchSpace, grid: Mapping[str, list], profile: SimProfile, settings: Settings) -> str:
+def scenario_grid(scenario: str, space: SearchSpace) -> dict[str, list[Any]]:
+    """The brute force's grid: the hand-placed one of a named scenario (grids.py), or, for a
+    space given by path, the space's own grid (``grid_points`` values of each param)."""
+    if is_path(scenario) and scenario not in grids.GRIDS:
+        return grids.derived(space)
+    return grids.grid_for(scenario)
+
+
+def scenario_name(scenario: str) -> str:
+    """A name for results and caches: the stem, or for a path its stem and content hash (two
+    files of one name in different places are different scenarios)."""
+    if not is_path(scenario):
+        return scenario
+    path = Path(scenario)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:8] if path.is_file() else "missing"
+    return f"{path.stem}-{digest}"
+
+
+def cache_key(space: SearchSpace, grid: Mapping[str, list], profile: SimProfile, settings: Settings,
+              quirks: Quirks = NONE) -> str:
     """What the truth depends on: the space's landscape (``space_fingerprint``: engine, params,
     constraints, workload with its trace's sha256, objectives; not comments, references or
-    trial counts), the grid, the profile and the settings."""
-    blob = json.dumps({"space": space_fingerprint(space), "grid": grid, "profile": profile.to_dict(),
-                       "settings": asdict(settings), "version": VERSION}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    trial counts), the grid, the profile, a truth's structural quirks and the settings.
+    Without quirks the key is what it was before they existed, so cached truths stay valid."""
+    blob: dict[str, Any] = {"space": space_fingerprint(space), "grid": grid, "profile": profile.to_dict(),
+                            "settings": asdict(settings), "version": VERSION}
+    if quirks.active:
+        blob["quirks"] = quirks.to_dict()
+    return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 # --- one config ------------------------------------------------------------------------------
@@ -144,8 +174,8 @@ def cache_key(space: SearchSpace, grid: Mapping[str, list], profile: SimProfile,
 _W: dict[str, Any] = {}
 
 
-def _init(space: SearchSpace, profile: SimProfile) -> None:
-    _W.update(space=space, profile=profile)
+def _init(space: SearchSpace, profile: SimProfile, quirks: Quirks = NONE) -> None:
+    _W.update(space=space, profile=profile, quirks=quirks)
 
 
 def _flags(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -156,7 +186,7 @@ def _simulate(job: tuple[int, dict[str, Any], int]) -> tuple[int, dict[str, Any]
     i, params, seed = job
     sp: SearchSpace = _W["space"]
     res = simulate_trial(sp.engine.model, sp.engine.gpu, _flags(sp, params), sp.workload, seed=seed,
-                         env=sp.engine.env, profile=_W["profile"])
+                         env=sp.engine.env, profile=_W["profile"], quirks=_W.get("quirks", NONE))
     m = res.metrics()
     started = res.status.value == "ok"
     out = {"started": started, "failure": "" if started else res.failure_reason.splitlines()[0][:200],
@@ -238,7 +268,7 @@ def _rejected_row(params: dict[str, Any], why: str) -> dict[str, Any]:
 
 
 def run_brute_force(scenario: str, space: SearchSpace, grid: Mapping[str, list], profile: SimProfile,
-                    settings: Settings, jobs: int, log=print) -> GroundTruth:
+                    settings: Settings, jobs: int, log=print, quirks: Quirks = NONE) -> GroundTruth:
     """Simulate the grid (no cache): see the module docstring for the stages."""
     t0 = time.time()
     main, maximize = main_objective(space)
@@ -261,7 +291,7 @@ def run_brute_force(scenario: str, space: SearchSpace, grid: Mapping[str, list],
     stage1 = [i for i, ok in predicted.items() if ok or i in sample]
     runs: dict[int, list[dict[str, Any]]] = {}
     ctx = mp.get_context("fork")
-    with ctx.Pool(jobs, initializer=_init, initargs=(space, profile)) as pool:
+    with ctx.Pool(jobs, initializer=_init, initargs=(space, profile, quirks)) as pool:
         for i, r in pool.imap_unordered(_simulate, [(i, cfgs[i], settings.seed(0)) for i in stage1], chunksize=4):
             runs[i] = [r]
         log(f"{scenario}: stage 1, {len(stage1)} configs simulated ({len(infeasible)} predicted not to start, "
@@ -321,11 +351,11 @@ def run_brute_force(scenario: str, space: SearchSpace, grid: Mapping[str, list],
 
 
 def true_value(space: SearchSpace, params: Mapping[str, Any], profile: SimProfile,
-               settings: Settings = Settings()) -> dict[str, Any]:
+               settings: Settings = Settings(), quirks: Quirks = NONE) -> dict[str, Any]:
     """The truth of one config, on or off the grid, by the grid's rule (noise on: every
     startable config gets ``settings.seeds`` runs). ``profile`` is used as given (switch
     noise off first)."""
-    _init(space, profile)
+    _init(space, profile, quirks)
     c = dict(params)
     _, violated = check_constraints(c, space, space.fixed_flags())
     if violated:
@@ -391,21 +421,23 @@ def read(scenario: str, space: SearchSpace, src: Path) -> GroundTruth:
 
 
 def brute_force(scenario: str, profile: SimProfile | None = None, *, jobs: int = 2, settings: Settings = Settings(),
-                out: Path | None = None, log=print) -> GroundTruth:
-    """The ground truth of ``scenario`` under ``profile`` (default: the space's own), cached.
+                out: Path | None = None, log=print, quirks: Quirks = NONE) -> GroundTruth:
+    """The ground truth of ``scenario`` (a search_spaces/ stem or a space file's path) under
+    ``profile`` (default: the space's own) and a truth's ``quirks``, cached.
 
-    The reality-gap benchmark calls this once per truth: ``brute_force(name,
-    space.engine.profile.perturbed(seed))``. Noise is switched off unless ``settings.noise``.
+    The reality-gap benchmark calls this once per truth (experiments/reality_gap/families.py
+    draws the profile and quirks). Noise is switched off unless ``settings.noise``.
     """
     path = space_path(scenario)
     space = load_space(path)
-    grid = grids.grid_for(scenario)
+    grid = scenario_grid(scenario, space)
     grids.check(grid, space)
     base = space.engine.profile if profile is None else profile
     prof = base if settings.noise else base.without_noise()
-    key = cache_key(space, grid, prof, settings)
-    nominal = profile is None and settings == Settings()
-    places = [p for p in (out, DATA / scenario if nominal else None, CACHE / f"{scenario}-{key}") if p is not None]
+    key = cache_key(space, grid, prof, settings, quirks)
+    nominal = profile is None and settings == Settings() and not quirks.active and not is_path(scenario)
+    name = scenario_name(scenario)
+    places = [p for p in (out, DATA / scenario if nominal else None, CACHE / f"{name}-{key}") if p is not None]
     for place in places:
         t = place / TARGET
         if t.exists() and json.loads(t.read_text()).get("cache_key") == key:
@@ -415,9 +447,13 @@ def brute_force(scenario: str, profile: SimProfile | None = None, *, jobs: int =
                 if other != place and not (other / TARGET).exists():
                     shutil.copytree(place, other, dirs_exist_ok=True)
             return gt
-    gt = run_brute_force(scenario, space, grid, prof, settings, jobs, log)
-    extra = {"cache_key": key, "profile": prof.to_dict(), "grid": grid, "space": str(path.relative_to(REPO)),
+    gt = run_brute_force(name, space, grid, prof, settings, jobs, log, quirks)
+    full = path.resolve()
+    where = str(full.relative_to(REPO)) if full.is_relative_to(REPO) else str(path)
+    extra = {"cache_key": key, "profile": prof.to_dict(), "grid": grid, "space": where,
              "command": f".venv/bin/python -m experiments.scenarios.ground_truth --scenario {scenario}"}
+    if quirks.active:
+        extra["quirks"] = quirks.to_dict()
     for place in places:
         write(gt, place, extra)
     return gt
@@ -425,7 +461,8 @@ def brute_force(scenario: str, profile: SimProfile | None = None, *, jobs: int =
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scenario", required=True, help="a space in search_spaces/ (its file stem) with a grid in grids.py")
+    ap.add_argument("--scenario", required=True,
+                    help="a space in search_spaces/ (its file stem) with a grid in grids.py, or a space file's path")
     who = ap.add_mutually_exclusive_group()
     who.add_argument("--profile", type=Path, help="SimProfile file (YAML/JSON); default: the space's own")
     who.add_argument("--truth-seed", type=int, help="use the space's profile perturbed(N): a truth of issue 12")
@@ -437,7 +474,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="also write the three files here")
     args = ap.parse_args()
     space = load_space(space_path(args.scenario))
-    profile = None
+    profile: SimProfile | None = None
     if args.profile is not None:
         profile = SimProfile.load(args.profile)
     elif args.truth_seed is not None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 import optuna
 
@@ -64,7 +65,7 @@ class SimClockPool:
     """A worker pool for the trial loop; trials run in-process, time is the simulator's gpu_time_s."""
 
     size: int
-    backend: SimBackend = field(default_factory=SimBackend)
+    backend: Any = field(default_factory=SimBackend)  # SimBackend, or one with run_on_worker
     now: float = 0.0
     log: list[Dispatch] = field(default_factory=list)
     _busy: dict[int, tuple[float, int, int, TrialResult]] = field(default_factory=dict)  # wid -> (end, order, key, result)
@@ -80,7 +81,10 @@ class SimClockPool:
         return len(self._busy)
 
     def submit(self, worker_id: int, key: int, request: TrialRequest) -> None:
-        result = self.backend.run_trial(request)
+        # A backend that models its nodes (the reality gap's truths: a speed offset per node,
+        # drift over the clock) is told where and when the trial runs.
+        on_worker = getattr(self.backend, "run_on_worker", None)
+        result = on_worker(request, worker_id, self.now) if on_worker else self.backend.run_trial(request)
         end = self.now + float(result.gpu_time_s)
         d = Dispatch(len(self.log), request.trial_number, worker_id, self.now, end)
         self.log.append(d)
