@@ -27,6 +27,7 @@ from autotune.space import SearchSpace
 from autotune.study.record import TrialRecord
 from autotune.study.samplers import make_sampler
 from autotune.study.screening import ScreeningSampler
+from autotune.study.sweep import SweepSampler
 
 # Samplers whose proposals come from sample_independent, which the screen draws from.
 SCREENABLE = ("autotune", "tpe", "random")
@@ -54,6 +55,11 @@ class SimModel:
         self.profile, _ = fit_profile(launched[:n], self.space, self.base, self.requests)
         self.fitted_on = n
 
+    def version(self, recs: Sequence[TrialRecord]) -> object:
+        """The profile's state after refreshing from ``recs`` (the sweep caches by it)."""
+        self.refresh(recs)
+        return self.fitted_on
+
     def predict(self, configs: Sequence[Mapping[str, Any]], recs: Sequence[TrialRecord],
                 seed: int) -> list[dict[str, float]]:
         self.refresh(recs)
@@ -75,9 +81,16 @@ def simulator_models(space: SearchSpace) -> bool:
 def search_sampler(space: SearchSpace, seed: int) -> optuna.samplers.BaseSampler:
     """The sampler a study of ``space`` runs with: ``study.sampler``'s, screened by the
     simulator when ``study.strategy.screen`` is on and the sampler proposes one flag at a
-    time (:data:`SCREENABLE`; grid, nsga2 and gp propose whole configs and run unscreened)."""
+    time (:data:`SCREENABLE`; grid, nsga2 and gp propose whole configs and run unscreened),
+    behind the sweep when ``study.strategy.sweep`` is on (the sweep falls back to it)."""
     base = make_sampler(space.study.sampler, space, seed)
     s = space.study.strategy
-    if not s.screen or space.study.sampler not in SCREENABLE or not simulator_models(space):
+    if space.study.sampler not in SCREENABLE or not simulator_models(space):
         return base
-    return ScreeningSampler(base, space, SimModel(space), s.screen_candidates)
+    model = SimModel(space)
+    if s.screen:
+        base = ScreeningSampler(base, space, model, s.screen_candidates)
+    if s.sweep:
+        # The sweep and the screen share one model, so a recalibration is paid once.
+        return SweepSampler(base, space, model, s.sweep_pool, seed)
+    return base

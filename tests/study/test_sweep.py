@@ -1,0 +1,132 @@
+"""The sweep (study/sweep.py) and its residual GP (study/residual.py): simulate everything,
+measure few. Small spaces, an in-process loop on the simulator or a model written here (the
+test says which); everything is SIMULATED, no wall-clock assertions."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import optuna
+import pytest
+
+from autotune.calibrate import search_sampler
+from autotune.space import load_space
+from autotune.space.schema import ParamSpec, StrategySection
+from autotune.study.evidence import config_key
+from autotune.study.record import TrialRecord
+from autotune.study.residual import DEFAULT_RUN_SD, ResidualGP, encode, run_log_sd
+from autotune.study.screening import ScreeningSampler
+from autotune.study.sweep import SweepSampler, candidate_pool, param_values
+from experiments.search import harness as H
+from experiments.scenarios.ground_truth import space_path
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def small_highconc(**strategy: Any):
+    sp = load_space(space_path("small-highconc"))
+    wl = sp.workload.model_copy(update={"num_requests": 150})
+    st = sp.study.strategy.model_copy(update={"screen_requests": 60, "sweep_pool": 40, **strategy})
+    study = sp.study.model_copy(update={"strategy": st, "confirm": sp.study.confirm.model_copy(update={"finalists": 0})})
+    return sp.model_copy(update={"workload": wl, "study": study})
+
+
+def test_pool_values_follow_the_param_kinds():
+    assert param_values(ParamSpec(type="int", low=16, high=256, log=True)) == [16, 32, 64, 128, 256]
+    assert param_values(ParamSpec(type="float", low=0.84, high=0.96, step=0.04)) == [0.84, 0.88, 0.92, 0.96]
+    assert len(param_values(ParamSpec(type="float", low=0.85, high=0.98, step=0.005))) <= 12
+    assert param_values(ParamSpec(type="bool")) == [False, True]
+
+
+def test_pool_respects_constraints_size_and_seed():
+    sp = load_space(space_path("bursty-goodput"))  # max_num_batched_tokens >= max_num_seqs
+    pool = candidate_pool(sp, 50, seed=1)
+    assert len(pool) == 50 and len({config_key(p) for p in pool}) == 50
+    assert all(p["max_num_batched_tokens"] >= p["max_num_seqs"] for p in pool)
+    assert pool == candidate_pool(sp, 50, seed=1) and pool != candidate_pool(sp, 50, seed=2)
+
+
+def test_residual_gp_learns_a_structured_error_and_its_noise_from_repeats():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 1, size=(25, 2))
+    truth = lambda z: 0.15 * np.sin(3 * z[:, 0]) + 0.05  # noqa: E731
+    r = truth(x) + rng.normal(0, 0.01, 25)
+    gp = ResidualGP.fit(x, r, [1] * 25, 0.01)
+    test = rng.uniform(0, 1, size=(20, 2))
+    mu, sd = gp.predict(test)
+    assert np.max(np.abs(mu - truth(test))) < 0.05
+    far_mu, far_sd = gp.predict(np.array([[8.0, 8.0]]))
+    assert far_sd[0] > 3 * np.max(sd)  # far from data: back to the prior ...
+    assert abs(far_mu[0] - gp.mean) < 1e-6  # ... whose mean is the shared scale error
+    assert run_log_sd([[10.0, 11.0, 9.0], [5.0]]) == pytest.approx(np.std(np.log([10, 11, 9]), ddof=1))
+    assert run_log_sd([[5.0]]) == DEFAULT_RUN_SD
+
+
+class Table:
+    """A model written here: the metrics of each config from a formula; ``flip`` predicts the
+    opposite ranking (a model that is wrong). Counts its calls."""
+
+    def __init__(self, space, flip: bool = False) -> None:
+        self.space, self.flip, self.calls = space, flip, 0
+
+    def value(self, flags: Mapping[str, Any]) -> float:
+        s = 20.0 + 10 * abs(math.log2(flags["max_num_seqs"] / 128)) + 5 * (flags["max_num_batched_tokens"] / 8192)
+        return 60.0 - s if self.flip else s
+
+    def version(self, recs: Sequence[TrialRecord]) -> object:
+        return 0
+
+    def predict(self, configs, recs, seed):
+        self.calls += len(configs)
+        return [{"p99_e2e_s": self.value(f), "oom_per_1k": 0.0, "requests_ok": 10.0, "crashes": 0.0}
+                for f in configs]
+
+
+def _sweep_study(sp, model, seed=0):
+    base = optuna.samplers.TPESampler(seed=seed)
+    sampler = SweepSampler(base, sp, model, sp.study.strategy.sweep_pool, seed)
+    return sampler, optuna.create_study(directions=["minimize", "minimize"], sampler=sampler)
+
+
+def test_first_sample_is_the_models_best_and_no_config_is_launched_twice():
+    sp = small_highconc(warm_start=False, early_stop=False)
+    model = Table(sp)
+    sampler, study = _sweep_study(sp, model)
+    pool_best = min(sampler.pool, key=lambda p: model.value({**sp.fixed_flags(), **p}))
+    pool = H.SimClockPool(2)
+    H.TrialLoop(study, sp, pool, target=8, seed=0).run()
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    assert trials[0].params == pool_best  # zero search: the model's own best goes first
+    keys = [config_key(t.params) for t in trials]
+    assert len(keys) == len(set(keys))
+    assert all(d.startswith("sweep") for d in sampler.decisions.values())
+    # Predictions are cached per model version: the pool was predicted once, plus the measured.
+    assert model.calls <= len(sampler.pool) + len(trials)
+
+
+def test_a_model_proved_wrong_hands_over_to_the_sampler():
+    sp = small_highconc(warm_start=False, early_stop=False)
+    sampler, study = _sweep_study(sp, Table(sp, flip=True))
+    H.TrialLoop(study, sp, H.SimClockPool(1), target=12, seed=0).run()
+    why = [sampler.decisions[n] for n in sorted(sampler.decisions)]
+    assert why[0].startswith("sweep")
+    assert any(w.startswith("fallback: the model's error") for w in why)
+
+
+def test_search_sampler_puts_the_sweep_in_front_of_the_screen_and_can_be_switched_off():
+    sp = small_highconc()
+    s = search_sampler(sp, 0)
+    assert isinstance(s, SweepSampler) and isinstance(s.base, ScreeningSampler)
+    assert s.model is s.base.model  # one model: a recalibration is paid once
+    off = sp.model_copy(update={"study": sp.study.model_copy(update={"strategy": StrategySection(sweep=False)})})
+    assert isinstance(search_sampler(off, 0), ScreeningSampler)
+
+
+def test_encode_puts_every_param_in_the_unit_cube():
+    sp = load_space(space_path("qwen72b-mixed"))
+    pool = candidate_pool(sp, 30, seed=0)
+    x = np.array([encode(sp, p) for p in pool])
+    assert x.shape == (30, len(sp.params)) and x.min() >= 0.0 and x.max() <= 1.0
