@@ -2,13 +2,15 @@
 
 One measurement of a config is partly luck (the server start, the GPU's clocks): picking the
 lowest p99 of 40 single measurements picks the luckiest as much as the best (the winner's
-curse). So the last ``finalists x repeats`` trials of ``study.trials`` (``study.confirm``)
-are not sampled: the ``finalists`` configs the export rule would pick from the search
-(:func:`autotune.study.export_rule.finalists`) are enqueued again, ``repeats`` times each,
-as trials with role ``confirm`` and ``repeat_of`` = the search trial whose config they
-repeat. Each is a new trial, so a new server start and a new seed on the same fixed
-benchmark; the sampler sees them as more measurements of the same point. A study with fewer
-than twice that many trials runs no confirmation (it would be mostly confirmation).
+curse). So the last trials of ``study.trials`` are not sampled: the ``finalists`` configs the
+export rule would pick from the search (:func:`autotune.study.export_rule.finalists`) are
+measured again, as trials with role ``confirm`` and ``repeat_of`` = the search trial whose
+config they repeat, each a new server start and seed on the same fixed benchmark. They are
+*raced* (:func:`race`): each finalist once, then whichever contender of the leader has the
+fewest runs, until the 95 % intervals separate or the budget (``confirm_trials``: the space's
+``finalists x repeats``, at most a quarter of the trial budget) is spent. A race decided
+early leaves the rest of the budget unspent. The sampler sees the repeats as more
+measurements of the same point.
 
 Crash safety needs no state of its own: what to do next is decided from the stored trials
 alone (:func:`next_step`), before every launch. A repeat is enqueued just before it is
@@ -28,7 +30,7 @@ from enum import StrEnum
 
 from autotune.space import SearchSpace
 from autotune.space.schema import ConfirmSection
-from autotune.study.evidence import summarize
+from autotune.study.evidence import ConfigEvidence, config_key, summarize
 from autotune.study.export_rule import DEFAULT_MAX_OOM_PER_1K, Ranking, finalists
 from autotune.study.record import Role, State, TrialRecord
 
@@ -47,17 +49,80 @@ class Step:
     finalist: TrialRecord | None = None  # CONFIRM: the first run of the config to measure again
 
 
+BUDGET_SHARE = 4  # confirmation, and the warm start, each take at most 1/4 of the trial budget
+MIN_CONFIRM = 2  # fewer confirmation runs than this tell nothing: none then
+
+
+def confirm_trials(target: int, confirm: ConfirmSection) -> int:
+    """Launched trials confirmation takes from a budget of ``target``: the space's
+    ``finalists x repeats``, scaled down to a quarter of the budget (a 12-trial study that
+    spent 6 on repeats and 5 on the warm start searched with 1), none below ``MIN_CONFIRM``."""
+    n = min(confirm.trials, target // BUDGET_SHARE)
+    return n if n >= MIN_CONFIRM else 0
+
+
 def search_quota(target: int, confirm: ConfirmSection) -> int:
     """Launched trials the search may use out of ``target``; the rest confirm."""
-    n = confirm.trials
-    return target - n if n and target >= 2 * n else target
+    return target - confirm_trials(target, confirm)
 
 
-def repeats(n_finalists: int, confirm: ConfirmSection) -> list[int]:
-    """Repeats per finalist: ``repeats`` each; with fewer finalists than asked for, the
-    confirmation budget is shared out among those there are, so the study's total holds."""
-    base, extra = divmod(confirm.trials, n_finalists)
+def repeats(n_finalists: int, confirm: ConfirmSection, target: int) -> list[int]:
+    """Repeats per finalist: the confirmation budget (``confirm_trials``) shared out among
+    the finalists there are, the best first, so the study's total holds (an even split: what
+racing, ``race``, starts from; the experiments use it to size a confirmation)."""
+    base, extra = divmod(confirm_trials(target, confirm), n_finalists)
     return [base + (i < extra) for i in range(n_finalists)]
+
+
+def warm_start_references(target: int, references: int) -> int:
+    """References the warm start measures in a budget of ``target`` (the baseline always):
+    together at most a quarter of the budget, in the space's order."""
+    return max(0, min(references, target // BUDGET_SHARE - 1))
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """How a trial budget is spent: the warm start, the search, confirmation."""
+
+    target: int
+    warm: int
+    search: int
+    confirm: int
+    searched_flags: int
+
+    @property
+    def enough(self) -> bool:
+        """Whether the search has a sample per searched flag and one more: fewer cannot vary
+        every flag once beyond the warm start, which is no search."""
+        return self.search >= self.searched_flags + 1
+
+    def note(self, needed: int | None) -> str:
+        """One line for the start, status and the export header ('' when the budget is enough)."""
+        if self.enough:
+            return ""
+        more = f"; --trials {needed} would give it {self.searched_flags + 1}" if needed else ""
+        return (f"budget too small to search: {self.target} trials = {self.warm} warm start + {self.search} sampled "
+                f"+ {self.confirm} confirmation for {self.searched_flags} searched flags{more}")
+
+
+def budget_plan(space: SearchSpace, target: int) -> BudgetPlan:
+    confirm = confirm_trials(target, space.study.confirm)
+    warm = (1 + warm_start_references(target, len(space.references))) if space.study.strategy.warm_start else 0
+    return BudgetPlan(target, warm, max(target - confirm - warm, 0), confirm, len(space.params))
+
+
+def budget_needed(space: SearchSpace, target: int) -> int | None:
+    """The smallest budget from ``target`` up that is enough to search (None past 1000)."""
+    for t in range(target, 1001):
+        if budget_plan(space, t).enough:
+            return t
+    return None
+
+
+def budget_note(space: SearchSpace, target: int) -> str:
+    """'' or the line saying the budget is too small to search, and what would be enough."""
+    plan = budget_plan(space, target)
+    return "" if plan.enough else plan.note(budget_needed(space, target))
 
 
 def next_step(recs: Sequence[TrialRecord], space: SearchSpace, target: int) -> Step:
@@ -80,9 +145,49 @@ def next_step(recs: Sequence[TrialRecord], space: SearchSpace, target: int) -> S
     if any(r.state == State.WAITING for r in confirms):
         return Step(Kind.ASK)
     # A FAILED repeat has been re-enqueued (WAITING above, then counted here once it runs).
-    have = Counter(r.repeat_of for r in confirms if r.state in (State.RUNNING, State.COMPLETE, State.REJECTED))
-    short = [(want - have[f.first.number], -i) for i, (f, want) in enumerate(zip(final, repeats(len(final), space.study.confirm), strict=True))]
-    missing, neg_i = max(short)
-    if missing > 0:
-        return Step(Kind.CONFIRM, final[-neg_i].first)
+    spent = [r for r in confirms if r.state in (State.RUNNING, State.COMPLETE, State.REJECTED)]
+    pick = None
+    if len(spent) < confirm_trials(target, space.study.confirm):
+        pick = race(final, recs, space, Counter(r.repeat_of for r in spent))
+    if pick is not None:
+        return Step(Kind.CONFIRM, pick.first)
     return Step(Kind.WAIT if any(r.state == State.RUNNING for r in confirms) else Kind.DONE)
+
+
+def race(final: Sequence[ConfigEvidence], recs: Sequence[TrialRecord], space: SearchSpace,
+         repeats_of: Counter[int | None]) -> ConfigEvidence | None:
+    """The finalist to measure again, or None once the race is decided.
+
+    Every finalist is repeated once first (the best first). Then the leader (the best
+    pessimistic end of the ranked metric's 95 % interval, as the export ranks) and the
+    finalists whose optimistic end still reaches past it are the contenders: the one with the
+    fewest runs goes again (the leader on a tie), until no finalist overlaps the leader (the
+    intervals separate: the remaining budget is not spent) or the budget is."""
+    for f in final:
+        if repeats_of[f.first.number] == 0:
+            return f
+    rank = Ranking.for_space(space)
+    keys = {config_key(f.flags) for f in final}
+    now = {config_key(c.flags): c for c in summarize(recs, space).configs if config_key(c.flags) in keys}
+    current = [now.get(config_key(f.flags), f) for f in final]
+    leader = min(current, key=rank.cost)
+    contenders = [leader, *(c for c in current if c is not leader and _reaches(c, leader, rank))]
+    if len(contenders) == 1:
+        return None
+    runs = {config_key(c.flags): c.n + repeats_of[c.first.number] - _done_repeats(c) for c in contenders}
+    best = min(contenders, key=lambda c: (runs[config_key(c.flags)], c is not leader))
+    return next(f for f in final if config_key(f.flags) == config_key(best.flags))
+
+
+def _reaches(c: ConfigEvidence, leader: ConfigEvidence, rank: Ranking) -> bool:
+    """Whether ``c``'s optimistic end is better than the leader's pessimistic end."""
+    i = c.interval(rank.metric)
+    optimistic = i.high if rank.maximize else i.low
+    if optimistic != optimistic:  # NaN: nothing measured to judge by
+        return True
+    return (-optimistic if rank.maximize else optimistic) < rank.cost(leader)
+
+
+def _done_repeats(c: ConfigEvidence) -> int:
+    """Confirmation runs of ``c`` already among its full runs (counted once with the running)."""
+    return sum(1 for r in c.runs if r.role == Role.CONFIRM)

@@ -38,6 +38,7 @@ from autotune.study.pruning import StartupPredictor
 from autotune.study.record import Role, State, TrialRecord, enqueue_attrs, records
 from autotune.study.recovery import Coordinator, fail_and_requeue
 from autotune.study.storage import with_retries
+from autotune.study.strategy import RunSpread
 
 MAX_CONSECUTIVE_REJECTIONS = 500
 FAILURE_REASON_CHARS = 1000
@@ -69,6 +70,7 @@ class TrialLoop:
         self.secrets = list(secrets)
         self.coordinator = Coordinator(study, stale_after_s)
         self.front = FrontCache(study)
+        self.spread = RunSpread.of(study)  # p99's run-to-run spread, for the early-stop margin
         self.tally = Tally()
         self.server = server_spec(space)
         self.predictor = StartupPredictor.for_space(space) if space.study.strategy.prune_startup_failures else None
@@ -186,7 +188,8 @@ class TrialLoop:
 
     def _launch(self, worker_id: int, trial: optuna.Trial, record: TrialRecord) -> None:
         request = trial_request(record, self.space, self.server, self.seed,
-                                strategy.early_stop_rule(self.front.trials(), self.space, record.role))
+                                strategy.early_stop_rule(self.front.trials(), self.space, record.role,
+                                                         self.spread.relative_sd()))
         self.launched += 1
         self._running[record.number] = (trial, record)
         for cb in self.callbacks:
@@ -224,6 +227,7 @@ class TrialLoop:
         record = self._tell(trial, record)
         self.tally.complete += 1
         self.front.add(record)
+        self.spread.add(record)
         self._end(record, result)
 
     def _fail(self, trial: optuna.Trial, record: TrialRecord, reason: str) -> None:

@@ -21,9 +21,10 @@ class OpenedStudy:
 
 
 def open_study(space: SearchSpace, name: str, storage: optuna.storages.BaseStorage | None,
-               sampler: optuna.samplers.BaseSampler) -> OpenedStudy:
+               sampler: optuna.samplers.BaseSampler, target: int | None = None) -> OpenedStudy:
     """Create the study, or load it to resume; ``storage`` None keeps it in memory.
 
+    ``target``: the trial budget, which sizes the warm start (the space's by default).
     Only the driver that creates the study seeds it: two drivers starting together on a
     shared storage must not both enqueue the warm-start trials (``create_study`` without
     ``load_if_exists`` makes the creation atomic).
@@ -40,10 +41,11 @@ def open_study(space: SearchSpace, name: str, storage: optuna.storages.BaseStora
         created = False
     if [d.name.lower() for d in study.directions] != directions:
         raise UserError(f"study {name!r} exists with other objectives; use --study NEW_NAME")
-    return OpenedStudy(study, _check_fingerprint(study, space, name, created))
+    return OpenedStudy(study, _check_fingerprint(study, space, name, created, target))
 
 
-def _check_fingerprint(study: optuna.Study, space: SearchSpace, name: str, created: bool) -> bool:
+def _check_fingerprint(study: optuna.Study, space: SearchSpace, name: str, created: bool,
+                       target: int | None = None) -> bool:
     fp = space_fingerprint(space)
     attrs = study.user_attrs
     if FINGERPRINT_ATTR not in attrs:
@@ -51,7 +53,7 @@ def _check_fingerprint(study: optuna.Study, space: SearchSpace, name: str, creat
         study.set_user_attr("autotune.backend", space.engine.backend)
         # A creator killed before seeding leaves an unseeded study: seed it then.
         if space.study.strategy.warm_start and (created or not study.trials):
-            seeding.enqueue_warm_start(study, space)
+            seeding.enqueue_warm_start(study, space, target)
         return True
     if attrs[FINGERPRINT_ATTR] != fp:
         raise UserError(

@@ -33,10 +33,18 @@ def baseline_params(space: SearchSpace) -> dict[str, Any]:
     return out
 
 
-def enqueue_warm_start(study: optuna.Study, space: SearchSpace) -> None:
+def enqueue_warm_start(study: optuna.Study, space: SearchSpace, target: int | None = None) -> None:
+    """The baseline, then the references that fit a budget of ``target`` trials (the
+    space's ``study.trials`` by default): at most a quarter of it, in the file's order."""
+    from autotune.study.confirm import warm_start_references
+
     defaults = baseline_params(space)
     study.enqueue_trial(defaults, user_attrs=enqueue_attrs(Role.BASELINE, BASELINE_NAME))
-    for ref in space.references:
+    n = warm_start_references(target or space.study.trials, len(space.references))
+    if n < len(space.references):
+        log.warning("warm start: %d of %d references fit a budget of %d trials", n, len(space.references),
+                    target or space.study.trials)
+    for ref in space.references[:n]:
         # Searched flags a reference leaves unset take vLLM's defaults, as they would when
         # the reference config is deployed; they must not be sampled at random.
         params = {**defaults, **{k: v for k, v in ref.flags.items() if k in space.params}}

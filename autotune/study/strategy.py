@@ -17,6 +17,7 @@ a sim backend runs (``engine.sim_profile``).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import optuna
@@ -24,19 +25,58 @@ from optuna.trial import TrialState
 
 from autotune.early_stop import EarlyStopRule
 from autotune.space import SearchSpace
+from autotune.study.evidence import config_key
 from autotune.study.pareto import front_points
 from autotune.study.pruning import StartupPredictor
 from autotune.study.record import Role, TrialRecord, records
+from autotune.study.stats import pooled_relative_sd
 
 
-def early_stop_rule(front: list[TrialRecord], space: SearchSpace, role: Role = Role.SEARCH) -> EarlyStopRule | None:
-    """The rule a trial's benchmark checks, from the front as it stands at dispatch. None for
-    a confirmation run: it exists to measure a finalist in full."""
+class RunSpread:
+    """p99's run-to-run spread, relative, pooled over the configs the study ran in full more
+    than once (confirmation runs, repeats); kept as trials finish, no re-reading of storage."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, list[float]] = {}
+
+    @classmethod
+    def of(cls, study: optuna.Study) -> RunSpread:
+        spread = cls()
+        for r in records(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))):
+            spread.add(r)
+        return spread
+
+    def add(self, r: TrialRecord) -> None:
+        v = r.metrics.get("p99_e2e_s", math.nan)
+        if r.launched and r.started and not r.early_stopped and r.flags and math.isfinite(v):
+            self._runs.setdefault(config_key(r.flags), []).append(v)
+
+    def relative_sd(self) -> float:
+        """NaN until some config has two full runs."""
+        return pooled_relative_sd([g for g in self._runs.values() if len(g) > 1])[0]
+
+
+ASSUMED_RUN_SD = 0.05  # one run's relative p99 spread until the study has repeats to measure it
+
+
+def stop_margin(run_sd: float) -> float:
+    """How much worse than a front point a trial's p99 bound must be before it stops: the
+    rule's 5 %, widened to two of one run's relative spreads. A front point is a single run
+    too, partly luck: with runs 10 % apart, a 5 % margin stops configs as good as the front."""
+    sd = ASSUMED_RUN_SD if math.isnan(run_sd) else run_sd
+    return max(EarlyStopRule.margin, 1.0 + 2.0 * sd)
+
+
+def early_stop_rule(front: list[TrialRecord], space: SearchSpace, role: Role = Role.SEARCH,
+                    run_sd: float = math.nan) -> EarlyStopRule | None:
+    """The rule a trial's benchmark checks, from the front as it stands at dispatch and the
+    study's run-to-run spread of p99 (``run_sd``, relative; NaN until configs were repeated).
+    None for a confirmation run: it exists to measure a finalist in full."""
     if (not space.study.strategy.early_stop or role == Role.CONFIRM
             or space.objective_names[:2] != ["oom_per_1k", "p99_e2e_s"]):
         return None
     pts = front_points(front, space)
-    return EarlyStopRule(front=tuple(pts)) if pts else None
+    return EarlyStopRule(front=tuple(pts), margin=stop_margin(run_sd)) if pts else None
 
 
 def prune_reason(predictor: StartupPredictor | None, flags: dict[str, Any], role: Role,
