@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -77,17 +79,56 @@ def run_study(space: SearchSpace, space_path: Path, opts: RunOptions) -> RunSumm
     mode = _progress_mode(opts.progress)
     _refuse_if_held(run_dir)  # before starting Ray: a second driver is refused in a second, not ten
     info, n_workers = _preflight(space, opts, seed)
+    sigterm = _SigtermStop()  # after ray.init, which installs a handler of its own
     try:
-        run_dir.ensure()
-        with _driver_lock(run_dir):
-            return _run_locked(space, space_path, opts, name, run_dir, seed, mode, n_workers, t0)
+        try:
+            run_dir.ensure()
+            with _driver_lock(run_dir):
+                return _run_locked(space, space_path, opts, name, run_dir, seed, mode, n_workers, t0)
+        finally:
+            sigterm.ignore()  # the shutdown runs to its end, whatever signal comes now
+            disconnect(info)
+            sigterm.restore()
+    except KeyboardInterrupt:
+        if not sigterm.received:
+            raise  # Ctrl-C: the command line says "interrupted"
+        raise Stopped(f"stopped by SIGTERM: workers and Ray shut down, trials that were running are re-run on "
+                      f"resume; run the same command again to resume the study in {run_dir.root}") from None
     except Exception as e:
         full = no_space_error(e)
         if full is None or isinstance(e, UserError):
             raise
         raise UserError(_no_space_message(full, run_dir)) from None
-    finally:
-        disconnect(info)
+
+
+class Stopped(UserError):
+    exit_code = 128 + signal.SIGTERM  # 143, as a process killed by SIGTERM reports
+
+
+class _SigtermStop:
+    """SIGTERM raises KeyboardInterrupt in the main thread: the trial loop stops as on Ctrl-C
+    (its invocation run ends KILLED, the workers are closed) and Ray is shut down, where
+    Ray's own handler aborts the process, printing a C++ stack, and leaves its agents behind.
+    ``received`` tells the two apart (Ray re-raises an interrupt as a plain KeyboardInterrupt)."""
+
+    def __init__(self) -> None:
+        self.received = False
+        self._active = threading.current_thread() is threading.main_thread()  # handlers: main thread only
+        self._previous: Any = signal.signal(signal.SIGTERM, self._handle) if self._active else None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = True
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the shutdown short
+        raise KeyboardInterrupt
+
+    def ignore(self) -> None:
+        if self._active:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    def restore(self) -> None:
+        # Ray's handler is C code (getsignal says None) and cannot be put back: the default then.
+        if self._active:
+            signal.signal(signal.SIGTERM, self._previous if self._previous is not None else signal.SIG_DFL)
 
 
 def _no_space_message(full: BaseException, run_dir: RunDir) -> str:

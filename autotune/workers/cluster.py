@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ import ray
 import ray._private.services as ray_services
 
 from autotune.errors import UserError
+from autotune.workers import reaper
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +128,8 @@ def connect(address: str | None, logical_gpus: int | None = None, num_cpus: int 
                     ray.init(address="local", num_gpus=logical_gpus,
                              num_cpus=num_cpus or max(os.cpu_count() or 1, 2), _node_ip_address=LOOPBACK, **kwargs)
                 started = True
+                global _reaper
+                _reaper = reaper.start(reaper.children(os.getpid()))  # Ray's processes, all started just now
         except (ConnectionError, TimeoutError, ValueError, RuntimeError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise UserError(f"--address {address}: cannot connect to Ray ({first}); check 'ray status' there") from None
@@ -155,6 +159,21 @@ def plan_workers(requested: int | None, gpus_per_worker: int, cpus_per_worker: f
     return requested
 
 
+# The reaper of the local Ray this process started (workers/reaper.py), kept so that its
+# stdin, the pipe it watches, stays open while the driver lives.
+_reaper: subprocess.Popen[bytes] | None = None
+
+
 def disconnect(info: ClusterInfo) -> None:
+    """Shut down a Ray this process started, then let its reaper go (it finds nothing left)."""
+    global _reaper
     if info.started_here and ray.is_initialized():
         ray.shutdown()
+    if info.started_here and _reaper is not None:
+        assert _reaper.stdin is not None
+        _reaper.stdin.close()
+        try:
+            _reaper.wait(timeout=reaper.GRACE_S + 5)
+        except subprocess.TimeoutExpired:
+            _reaper.kill()
+        _reaper = None

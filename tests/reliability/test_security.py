@@ -123,6 +123,7 @@ def test_ray_dashboard_is_off_when_we_start_ray(monkeypatch):
         gcs_address = "127.0.0.1:1"
 
     monkeypatch.setattr(ray, "get_runtime_context", lambda: _Ctx())
+    monkeypatch.setattr(cluster.reaper, "start", lambda pids: None)  # no Ray was started to reap
     cluster.connect(None, logical_gpus=2)
     assert seen["include_dashboard"] is False
     assert seen["_node_ip_address"] == "127.0.0.1"  # every Ray server on loopback (test_loopback.py)
