@@ -56,11 +56,16 @@ class TrialWorker:
         """The running trial's state now (None between trials); answers while ``run`` runs."""
         return self.tracker.snapshot()
 
+    @ray.method(concurrency_group=PROGRESS_GROUP)
     def close(self) -> None:
+        """Stop the backend's servers. On the second thread, so it also runs while ``run``
+        holds the first: a driver stopping mid-trial (SIGTERM, Ctrl-C) stops the engine
+        there, instead of waiting for the trial to end or killing the actor under a server
+        that would outlive it (vLLM runs in a session of its own)."""
         self.backend.close()
 
 
-# The default group keeps one thread: run, info and close stay one at a time, as before.
+# The default group keeps one thread: run and info stay one at a time.
 # (Ray's type stubs omit concurrency_groups, which ray.remote accepts for actors.)
 RemoteTrialWorker = ray.remote(max_restarts=0, max_task_retries=0,  # type: ignore[call-overload]
                                concurrency_groups={PROGRESS_GROUP: 1})(TrialWorker)
