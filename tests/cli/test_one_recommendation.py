@@ -103,3 +103,25 @@ def test_status_fits_80_columns(tmp_path, capsys, monkeypatch):
         assert code == 0, err
         too_long = [line for line in out.splitlines() if len(line) > int(columns)]
         assert not too_long, (columns, too_long)
+
+
+def test_a_12_trial_simulator_study_names_one_recommendation_everywhere(tmp_path, capsys):
+    """The same agreement on a real (simulated) 12-trial study with its confirmation runs."""
+    from tests.study.test_export_cli import _confirmed_run_dir
+
+    (tmp_path / "space").mkdir()
+    rd = _confirmed_run_dir(tmp_path / "space")
+    code, out, err = run_cli(["status", "--out", str(rd.root), "--json"], capsys)
+    assert code == 0, err
+    rec = json.loads(out)["recommended"]["trial"]
+    study = optuna.load_study(study_name="cli", storage=rd.optuna_url)
+    space = load_space(rd.space_copy)
+    logger = MlflowLogger(rd.mlflow_url, rd, {"study": "cli"}, {})
+    logger.on_study_start(StudyContext(study, space, len(study.trials), Tally(), FrontCache(study), Coordinator(study)))
+    logger.on_study_end("FINISHED")
+    exp = MlflowClient(rd.mlflow_url).get_experiment_by_name("cli")
+    assert exp.tags[RECOMMENDED_TAG] == str(rec)
+    target = tmp_path / "deploy.yaml"
+    code, out, err = run_cli(["export", "--out", str(rd.root), "-o", str(target)], capsys)
+    assert code == 0, err
+    assert f"# recommended trial: {rec} " in target.read_text()
