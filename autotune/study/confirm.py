@@ -100,9 +100,10 @@ class BudgetPlan:
         """One line for the start, status and the export header ('' when the budget is enough)."""
         if self.enough:
             return ""
-        more = f"; --trials {needed} would give it {self.searched_flags + 1}" if needed else ""
-        return (f"budget too small to search: {self.target} trials = {self.warm} warm start + {self.search} sampled "
-                f"+ {self.confirm} confirmation for {self.searched_flags} searched flags{more}")
+        more = f"; --trials {needed} gives it {self.searched_flags + 1}" if needed else ""
+        return (f"budget too small to search every flag: {self.target} trials = {self.warm} warm start + "
+                f"{self.search} sampled + {self.confirm} confirmation, for {self.searched_flags} searched flags "
+                f"(a search needs {self.searched_flags + 1} samples){more}")
 
 
 def budget_plan(space: SearchSpace, target: int) -> BudgetPlan:

@@ -1,7 +1,7 @@
 """The results grid: scenarios x truth seeds x strategies, resumable. SIMULATED.
 
-    .venv/bin/python -m experiments.reality_gap.bench [--jobs 2] [--max-load 3] \
-        [--scenarios A B] [--truth-seeds 0-9] [--strategies random tpe grid autotune ...]
+    .venv/bin/python -m experiments.reality_gap.bench [--jobs 2] [--max-load 3] [--truth-family structural] \
+        [--scenarios A B] [--truth-seeds 1000-1009] [--study-seeds 0-2] [--strategies random tpe grid autotune ...]
 
 For each (truth seed, scenario) the truth's brute force comes first (cached, truth.py: the
 committed ones are read, others are computed, one process each), then its cases, each the
@@ -26,14 +26,17 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from pathlib import Path
 from typing import Any
 
+from experiments.reality_gap.families import DEFAULT_FAMILY, FAMILIES
 from experiments.reality_gap.run import run_case
+from experiments.reality_gap.seeds import EVAL_TRUTH_SEEDS, STUDY_SEEDS
 from experiments.reality_gap.strategies import BASELINES, STRATEGIES
 from experiments.reality_gap.truth import Truth, is_cached, scenario_space
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RUNS = RESULTS / "runs.jsonl"
 SCENARIOS = ("qwen72b-mixed", "rag-llama70b-h100", "bursty-goodput", "small-highconc", "trace-replay")
-KEY = ("scenario", "truth_seed", "strategy", "study_seed", "trials")
+KEY = ("truth_family", "scenario", "truth_seed", "strategy", "study_seed", "trials")
+OLD_FAMILY = "constants"  # rows written before truth families existed
 
 
 def seeds(text: str) -> list[int]:
@@ -51,25 +54,31 @@ def done_keys(path: Path) -> set[tuple]:
     for line in path.read_text().splitlines():
         if line.strip():
             r = json.loads(line)
-            out.add(tuple(r[k] for k in KEY))
+            out.add(tuple(r.get(k, OLD_FAMILY) if k == "truth_family" else r[k] for k in KEY))
     return out
 
 
-def _case(args: tuple[str, int, str, bool]) -> dict[str, Any]:
-    scenario, truth_seed, strategy, calibrate = args
-    return run_case(scenario, truth_seed, strategy, calibrate=calibrate)
+Case = tuple[str, int, str, bool, int, str]  # scenario, truth seed, strategy, calibrate, study seed, family
 
 
-def _truth(args: tuple[str, int]) -> tuple[str, int]:
+def _case(args: Case) -> dict[str, Any]:
+    scenario, truth_seed, strategy, calibrate, study_seed, family = args
+    return run_case(scenario, truth_seed, strategy, calibrate=calibrate, seed=study_seed, family=family)
+
+
+def _truth(args: tuple[str, int, str]) -> tuple[str, int, str]:
     """Brute-force one truth (one process: the other workers run cases or other truths)."""
-    Truth.load(*args, jobs=1, log=_log)
+    scenario, seed, family = args
+    Truth.load(scenario, seed, jobs=1, log=_log, family=family)
     return args
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS))
-    ap.add_argument("--truth-seeds", type=seeds, default=seeds("0-9"))
+    ap.add_argument("--truth-seeds", type=seeds, default=list(EVAL_TRUTH_SEEDS))
+    ap.add_argument("--study-seeds", type=seeds, default=list(STUDY_SEEDS))
+    ap.add_argument("--truth-family", default=DEFAULT_FAMILY, choices=FAMILIES)
     ap.add_argument("--strategies", nargs="+", default=[*BASELINES, "autotune"], choices=STRATEGIES)
     ap.add_argument("--calibrate-strategies", nargs="*", default=["autotune"], choices=STRATEGIES)
     ap.add_argument("--jobs", type=int, default=1)
@@ -81,7 +90,7 @@ def main() -> None:
     args = ap.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     truths = [(sc, s) for s in args.truth_seeds for sc in args.scenarios
-              if not (args.cached_only and not is_cached(sc, s))]
+              if not (args.cached_only and not is_cached(sc, s, args.truth_family))]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         Pipeline(pool, args, done_keys(args.out)).run(truths)
 
@@ -93,7 +102,7 @@ class Pipeline:
 
     def __init__(self, pool: ProcessPoolExecutor, args: argparse.Namespace, done: set[tuple]) -> None:
         self.pool, self.args, self.done = pool, args, done
-        self.cases: deque[tuple[str, int, str, bool]] = deque()
+        self.cases: deque[Case] = deque()
         self.running: dict[Future, str] = {}
         self.t0 = time.time()
 
@@ -105,16 +114,18 @@ class Pipeline:
                     self.running[self.pool.submit(_case, self.cases.popleft())] = "case"
                     continue
                 sc, seed = pending.popleft()
-                if is_cached(sc, seed):
-                    _log(f"{sc}: truth {seed} cached")
+                family = self.args.truth_family
+                if is_cached(sc, seed, family):
+                    _log(f"{sc}: truth {seed} ({family}) cached")
                     self.queue_cases(sc, seed)
                 else:
-                    self.running[self.pool.submit(_truth, (sc, seed))] = "truth"
+                    self.running[self.pool.submit(_truth, (sc, seed, family))] = "truth"
             finished, _ = wait(self.running, timeout=30, return_when=FIRST_COMPLETED)
             for f in finished:
                 kind = self.running.pop(f)
                 if kind == "truth":
-                    self.queue_cases(*f.result())
+                    sc, seed, _ = f.result()
+                    self.queue_cases(sc, seed)
                 else:
                     self.record(f.result())
 
@@ -122,13 +133,15 @@ class Pipeline:
         if self.args.truths_only:
             return
         trials = scenario_space(scenario).study.trials
-        self.cases.extend((scenario, truth_seed, s, s in self.args.calibrate_strategies) for s in self.args.strategies
-                          if (scenario, truth_seed, s, truth_seed, trials) not in self.done)
+        family = self.args.truth_family
+        self.cases.extend((scenario, truth_seed, s, s in self.args.calibrate_strategies, m, family)
+                          for m in self.args.study_seeds for s in self.args.strategies
+                          if (family, scenario, truth_seed, s, m, trials) not in self.done)
 
     def record(self, r: dict[str, Any]) -> None:
         with self.args.out.open("a") as fh:
             fh.write(json.dumps(r) + "\n")
-        _log(f"{r['scenario']} truth {r['truth_seed']} {r['strategy']}: within 2 % {r['within_2pct']}, "
+        _log(f"{r['scenario']} truth {r['truth_seed']} {r['strategy']} seed {r['study_seed']}: within 2 % {r['within_2pct']}, "
              f"regret {r['regret']}, GPU-h to 2 % {r['gpu_hours_to_2pct']} ({r['runtime_s']['total']} s; "
              f"{time.time() - self.t0:.0f} s in all)")
 

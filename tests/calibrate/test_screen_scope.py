@@ -8,6 +8,7 @@ import pytest
 from autotune.calibrate.screen import search_sampler
 from autotune.space import load_space
 from autotune.study.screening import ScreeningSampler
+from autotune.study.sweep import SweepSampler
 from tests.conftest import REPO
 
 
@@ -15,8 +16,9 @@ from tests.conftest import REPO
 def test_spaces_the_simulator_cannot_model_run_unscreened(space_file):
     space = load_space(REPO / space_file)
     assert space.study.strategy.screen  # on by default, and still no refusal
-    assert not isinstance(search_sampler(space, 0), ScreeningSampler)
+    assert not isinstance(search_sampler(space, 0), ScreeningSampler | SweepSampler)
 
 
-def test_the_flagship_space_is_screened():
-    assert isinstance(search_sampler(load_space(REPO / "search_spaces" / "qwen72b.yaml"), 0), ScreeningSampler)
+def test_the_flagship_space_is_swept_and_screened():
+    sampler = search_sampler(load_space(REPO / "search_spaces" / "qwen72b.yaml"), 0)
+    assert isinstance(sampler, SweepSampler) and isinstance(sampler.base, ScreeningSampler)

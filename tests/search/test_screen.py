@@ -17,6 +17,7 @@ from autotune.study.opening import open_study
 from autotune.study.record import Role, State, records
 from autotune.study.samplers import make_sampler
 from autotune.study.screening import ScreeningSampler, score
+from autotune.study.sweep import SweepSampler
 from experiments.search import common as C
 from experiments.search.harness import SimClockPool
 from tests.calibrate.conftest import qwen_space, run_against
@@ -84,14 +85,16 @@ def test_score_ranks_feasible_then_oom_limit_then_the_main_objective():
 
 
 def test_search_sampler_screens_only_when_switched_on():
-    assert not isinstance(search_sampler(small_space(screen=False), 0), ScreeningSampler)
-    on = search_sampler(small_space(), 0)  # on by default
+    assert not isinstance(search_sampler(small_space(screen=False, sweep=False), 0), ScreeningSampler)
+    assert isinstance(search_sampler(small_space(), 0).base, ScreeningSampler)  # on by default, behind the sweep
+    on = search_sampler(small_space(sweep=False), 0)
     assert isinstance(on, ScreeningSampler) and isinstance(on.model, SimModel)
     assert isinstance(on.base, optuna.samplers.TPESampler)
     assert on.model.base == NOMINAL  # autotune's model, whatever engine.sim_profile says
     # Samplers that propose whole configs run unscreened.
     for name in ("grid", "nsga2"):
-        assert not isinstance(search_sampler(small_space(sampler=name, screen=True), 0), ScreeningSampler)
+        sampler = search_sampler(small_space(sampler=name, screen=True), 0)
+        assert not isinstance(sampler, ScreeningSampler) and not isinstance(sampler, SweepSampler)
 
 
 def test_the_model_recalibrates_every_k_launched_trials_from_the_records_alone():
