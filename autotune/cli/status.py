@@ -132,6 +132,8 @@ def status(
             "n_complete": n[State.COMPLETE],
             "n_failed": n[State.FAILED],
             "n_never_served": n["never_served"],
+            # What the trial loop counts towards --trials: served or not, every launched trial.
+            "n_launched": n[State.COMPLETE] + n["never_served"],
             "n_running": n[State.RUNNING],
             "n_rejected": n[State.REJECTED],
             "n_waiting": n[State.WAITING],

@@ -83,7 +83,7 @@ def test_a_trial_that_never_served_reads_as_failed_with_its_whole_reason(tmp_pat
     st = json.loads(out)
     t = st["trials"][NEVER_SERVED]
     assert t["state"] == "failed" and t["served"] is False and t["values"] is None  # not 1000 and 600
-    assert st["n_failed"] == 1 and st["n_never_served"] == 1 and st["n_complete"] == 8
+    assert st["n_failed"] == 1 and st["n_never_served"] == 1 and st["n_complete"] == 8 and st["n_launched"] == 9
     monkeypatch.setenv("COLUMNS", "80")
     code, out, err = run_cli(["status", "--out", str(rd.root)], capsys)
     assert code == 0, err
