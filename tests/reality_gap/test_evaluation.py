@@ -1,0 +1,47 @@
+"""Issue 18's evaluation report: only evaluation seeds of the family asked for, per-scenario
+tables with intervals before the pooled one, paired verdicts, goals met or missed. Rows are
+made here (the report reads what the bench writes; no study runs)."""
+
+from __future__ import annotations
+
+import json
+
+from experiments.reality_gap import evaluation as E
+
+
+def _row(strategy, scenario, truth, study, within, auc, kind="eval", family="structural", oom=0.0, stable=0.3):
+    return {"strategy": strategy, "scenario": scenario, "truth_seed": truth, "study_seed": study,
+            "within_2pct": within, "regret_auc": auc, "regret": 0.0 if within else 0.05, "true_oom_per_1k": oom,
+            "gpu_hours_to_2pct_stable_frac": stable if within else None, "wrongly_rejected": 0, "gpu_hours": 1.0,
+            "truth_kind": kind, "truth_family": family}
+
+
+def test_report_keeps_eval_rows_pairs_cases_and_reads_goals(tmp_path):
+    rows = []
+    for sc in ("a", "b"):
+        for t in (1000, 1001):
+            for m in (0, 1, 2):
+                rows.append(_row("autotune", sc, t, m, True, 0.05))
+                rows.append(_row("sim-best", sc, t, m, m == 0, 0.30, stable=0.01))
+                rows.append(_row("auto-tune-sh", sc, t, m, False, 0.50))
+                rows.append(_row("tpe-confirm", sc, t, m, t == 1000, 0.20, stable=0.9))
+    rows.append(_row("autotune", "a", 3, 0, False, 0.9, kind="dev"))  # development seed: left out
+    rows.append(_row("autotune", "a", 1000, 0, False, 0.9, family="constants"))  # other family: left out
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    E.main(["--runs", str(path)])
+    text = (tmp_path / "results.md").read_text()
+    assert "SIMULATED" in text
+    assert text.index("## a ") < text.index("## b ") < text.index("## All scenarios") < text.index("## Goals")
+    assert "| autotune | 12 | 100 % [100 %, 100 %]" in text  # dev and other-family rows are not counted
+    assert "vs sim-best (6 pairs)" in text and "(ahead)" in text
+    goals = text[text.index("## Goals"):]
+    assert "| autotune within 2 % and the OOM limit in >= 9/10 cases | 100 % [100 %, 100 %] of 12 | yes |" in goals
+    assert "ahead of auto-tune-sh on every scenario (regret AUC, paired) | a: ahead; b: ahead | yes |" in goals
+    assert "| 0 autotune exports over the true OOM limit | 0 | yes |" in goals
+
+
+def test_a_tie_is_said_as_one_and_a_bootstrap_is_deterministic():
+    assert E.verdict(0.0, (-0.1, 0.1), better_is_lower=True) == "tied within the interval"
+    assert E.verdict(0.2, (0.1, 0.3), better_is_lower=True) == "behind"
+    assert E.bootstrap([1.0, 0.0, 1.0], E.mean, "x") == E.bootstrap([1.0, 0.0, 1.0], E.mean, "x")
