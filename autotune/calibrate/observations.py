@@ -17,10 +17,12 @@ from dataclasses import dataclass
 
 from autotune.study.record import State, TrialRecord
 
-# Latency metrics fitted and their assumed log-space spread per measurement: the per-start
-# speed noise (about 3 %, docs/simulator.md "Noise") for end-to-end times and TPOT; TTFT
-# adds the API server's jitter.
+# Latency metrics fitted and their log-space spread per measurement before a study has
+# repeats to measure it (latency_spread): the simulator's per-start speed noise (about 3 %,
+# docs/simulator.md "Noise") for end-to-end times and TPOT; TTFT adds the API server's jitter.
 LATENCY_SPREAD = {"p99_e2e_s": 0.03, "p50_e2e_s": 0.03, "mean_tpot_s": 0.03, "p50_ttft_s": 0.10}
+MIN_SPREAD = 0.01  # no measurement is trusted beyond 1 %
+SPREAD_DF = 2  # degrees of freedom before a measured spread replaces the assumed one
 EARLY_STOP_SAFE = ("mean_tpot_s",)
 
 
@@ -39,6 +41,28 @@ def latencies(r: TrialRecord) -> dict[str, float]:
         return {}
     names = EARLY_STOP_SAFE if r.early_stopped else tuple(LATENCY_SPREAD)
     return {k: r.metrics[k] for k in names if _positive(r.metrics.get(k))}
+
+
+def latency_spread(recs: Sequence[TrialRecord]) -> dict[str, float]:
+    """Each latency metric's log-space spread of one measurement, from the study's own
+    repeats (configs measured in full more than once, pooled), where it has at least
+    ``SPREAD_DF`` degrees of freedom; else the assumed ``LATENCY_SPREAD``. A real engine's
+    runs differ by what they differ by, not by what the simulator's noise model says."""
+    groups: dict[str, list[dict[str, float]]] = {}
+    for r in recs:
+        if not r.early_stopped and (m := latencies(r)):
+            groups.setdefault(repr(sorted(r.flags.items())), []).append(m)
+    out = {}
+    for k, assumed in LATENCY_SPREAD.items():
+        ss, df = 0.0, 0
+        for runs in groups.values():
+            logs = [math.log(m[k]) for m in runs if k in m]
+            if len(logs) > 1:
+                mean = sum(logs) / len(logs)
+                ss += sum((v - mean) ** 2 for v in logs)
+                df += len(logs) - 1
+        out[k] = max(math.sqrt(ss / df), MIN_SPREAD) if df >= SPREAD_DF else assumed
+    return out
 
 
 def startup_s(r: TrialRecord) -> float:

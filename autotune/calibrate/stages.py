@@ -142,13 +142,14 @@ def speed_stage(train: Sequence[TrialRecord], space: SearchSpace, profile: SimPr
         return profile, StageResult("speed", (), SPEED_CONSTANTS, 0, "no trial served its whole benchmark without an "
                                     "engine death")
     benches = [ShortBenchmark(space, r.flags, profile, requests, r.number, tuple(m)) for r, m in rows]
+    spread = obs.latency_spread(train)  # measured from the study's repeats where it has them
 
     def residuals(x: np.ndarray) -> np.ndarray:
         p = fitting.with_logs(profile, SPEED_CONSTANTS, x)
         out: list[float] = []
         for b, (_, meas) in zip(benches, rows, strict=True):
             pred = b.predict(p)
-            out += [(math.log(pred[k]) - math.log(v)) / obs.LATENCY_SPREAD[k] if k in pred else MISSING
+            out += [(math.log(pred[k]) - math.log(v)) / spread[k] if k in pred else MISSING
                     for k, v in meas.items()]
         return np.array(out)
 

@@ -142,3 +142,15 @@ def test_latencies_are_compared_only_where_they_mean_the_same():
     assert obs.latencies(_record(2, {}, **{**full, "crashes": 1.0})) == {}
     assert obs.latencies(_record(3, {}, started=False, **full)) == {}
     assert np.isnan(obs.startup_s(_record(4, {}, started=False, startup_s=50.0)))
+
+
+def test_the_measurement_spread_comes_from_the_studys_repeats():
+    """Issue 18: calibration weighs residuals by the spread the study's own repeats show,
+    not by the simulator's assumed 3 %, once it has two degrees of freedom."""
+    base = {"p99_e2e_s": 10.0, "p50_e2e_s": 5.0, "mean_tpot_s": 0.05, "p50_ttft_s": 0.5}
+    one = [_record(0, {"max_num_seqs": 8}, **base)]
+    assert obs.latency_spread(one) == obs.LATENCY_SPREAD
+    runs = [_record(i, {"max_num_seqs": 8}, **{**base, "p99_e2e_s": v}) for i, v in enumerate((9.0, 10.0, 11.0))]
+    spread = obs.latency_spread(runs)
+    assert spread["p99_e2e_s"] == pytest.approx(float(np.std(np.log([9.0, 10.0, 11.0]), ddof=1)))
+    assert spread["p50_e2e_s"] == obs.MIN_SPREAD  # identical repeats: floored, never zero
