@@ -38,6 +38,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 logging.getLogger("mlflow").setLevel(logging.WARNING)
 logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
+from autotune.study.storage import sqlite_path  # noqa: E402
 from autotune.tracking.naming import for_people  # noqa: E402
 from autotune.tracking.views import COMPARE_TAG, DESCRIPTION_TAG, KIND_TAG, run_path  # noqa: E402
 
@@ -243,7 +244,7 @@ def _create_store(tracking_uri: str, artifact_root: Path) -> None:
 
     artifact_root.mkdir(parents=True, exist_ok=True)
     root_uri = artifact_root.resolve().as_uri()
-    db = _sqlite_file(tracking_uri)
+    db = sqlite_path(tracking_uri)
     if db is None:  # a database server: created once by whoever set it up
         SqlAlchemyStore(tracking_uri, root_uri).engine.dispose()
         return
@@ -257,13 +258,6 @@ def _create_store(tracking_uri: str, artifact_root: Path) -> None:
         os.replace(tmp, db)
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def _sqlite_file(tracking_uri: str) -> Path | None:
-    if not tracking_uri.startswith("sqlite:///"):
-        return None
-    path = tracking_uri.removeprefix("sqlite:///").split("?", 1)[0]
-    return Path(path) if path and path != ":memory:" else None
 
 
 def _param_str(v: Any) -> str:

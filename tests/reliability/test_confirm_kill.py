@@ -1,8 +1,9 @@
 """A driver SIGKILLed mid-confirmation: the resume completes the confirmation runs, none twice.
 
 A real `autotune run` subprocess (no-op backend, each trial ~1 s) on the session's Ray: 8
-trials, of which the last 4 confirm 2 finalists twice each. The whole process group is
-killed while a confirmation run is in flight; a second `autotune run` resumes it.
+trials, of which the last ones (a quarter of the budget, study/confirm.confirm_trials)
+confirm 2 finalists. The whole process group is killed while a confirmation run is in
+flight; a second `autotune run` resumes it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections import Counter
 import pytest
 from optuna.trial import TrialState
 
+from autotune.space import load_space
+from autotune.study.confirm import confirm_trials
 from tests.reliability.conftest import (
     check_study,
     child_env,
@@ -67,7 +70,10 @@ def test_driver_killed_mid_confirmation_resumes_and_completes_them(ray_cluster, 
     assert any(t.user_attrs.get("role") == "confirm" for t in failed)
     confirms = [t for t in trials if t.user_attrs.get("role") == "confirm" and t.state == TrialState.COMPLETE]
     per_finalist = Counter(t.user_attrs["repeat_of"] for t in confirms)
-    assert len(per_finalist) == 2 and set(per_finalist.values()) == {2}, per_finalist
+    # Each finalist confirmed at least once; the budget's confirmation runs all measured, none twice.
+    budget = confirm_trials(TARGET, load_space(space).study.confirm)
+    assert len(per_finalist) == 2 and min(per_finalist.values()) >= 1, per_finalist
+    assert sum(per_finalist.values()) == budget, (per_finalist, budget)
     by_number = {t.number: t for t in trials}
     for t in confirms:  # each repeat measured its finalist's config
         assert t.params == by_number[t.user_attrs["repeat_of"]].params

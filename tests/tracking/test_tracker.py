@@ -77,3 +77,51 @@ def test_own_store_keeps_default_inside_the_run_directory_and_hidden(tmp_path: P
 def test_a_shared_store_keeps_its_default_experiment(tmp_path: Path):
     tracker, client = _tracker(tmp_path, own_store=False)
     assert client.get_experiment("0").lifecycle_stage == "active"
+
+
+def test_a_run_cut_short_mid_log_is_unfinished_and_discarded_with_its_artifacts(tmp_path: Path, monkeypatch):
+    """A child run is finished only once all of it is written: one cut short (the disk filled
+    after its params) stays RUNNING, is reported as unfinished, and is deleted with its files."""
+    tracker, client = _tracker(tmp_path)
+    done = tracker.log_trial(TrialLog(0, "complete", {}, {"p99_e2e_s": 1.0}))
+    (tmp_path / "flags.yaml").write_text("max_num_seqs: 64\n")
+    real = tracker.client.set_terminated
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tracker.client, "set_terminated", full)
+    try:
+        tracker.log_trial(TrialLog(1, "complete", {}, {"p99_e2e_s": 2.0}, artifacts=[tmp_path / "flags.yaml"]))
+    except OSError:
+        pass
+    monkeypatch.setattr(tracker.client, "set_terminated", real)
+    runs = tracker.trial_runs()
+    assert runs.finished == {0: done} and list(runs.unfinished) == [1]
+    assert tracker.logged_trials() == {0: done}
+    (cut,) = runs.unfinished[1]
+    run_root = tmp_path / "mlartifacts" / cut  # the experiment's artifact location is the root itself
+    assert (run_root / "artifacts" / "flags.yaml").exists()
+    tracker.discard(cut)
+    assert client.get_run(cut).info.lifecycle_stage == "deleted"
+    assert not run_root.exists()
+    assert tracker.trial_runs().unfinished == {}
+
+
+def test_running_invocations_name_their_driver(tmp_path: Path):
+    from autotune.tracking.mlflow_tracker import DRIVER_TAG
+
+    tracker, _ = _tracker(tmp_path)  # started with no driver tag: an older autotune's run
+    first = tracker.parent_run_id
+    second = tracker.start_invocation({"study": "study-t"}, {DRIVER_TAG: "h:1:tok"})
+    running = {rid: driver for rid, driver, _ in tracker.running_invocations()}
+    assert running == {first: None, second: "h:1:tok"}
+    tracker.close_run(first, "KILLED")
+    assert [rid for rid, _, _ in tracker.running_invocations()] == [second]
+
+
+def test_the_store_is_built_aside_and_renamed_into_place(tmp_path: Path):
+    (tmp_path / ".mlflow.db.999999.tmp").write_text("left by a driver killed mid-migration")
+    _tracker(tmp_path)
+    assert (tmp_path / "mlflow.db").is_file()
+    assert not list(tmp_path.glob(".mlflow.db.*.tmp"))
