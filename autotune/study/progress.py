@@ -28,6 +28,7 @@ from rich.text import Text
 from autotune.backends.base import Phase, TrialProgress
 from autotune.results import TrialResult
 from autotune.study.callbacks import Callback, StudyContext
+from autotune.study.pareto import config_front
 from autotune.study.record import Role, State, TrialRecord
 
 MODES = ("auto", "rich", "plain", "none")
@@ -51,6 +52,7 @@ class Progress(Callback):
         self._printed: dict[int, tuple[tuple[Any, ...], float]] = {}  # plain: last headline and when
         self._live: Live | None = None
         self._last_front: list[tuple[int, tuple[float, ...]]] | None = None  # the front last printed
+        self._confirming = False  # a confirmation run has ended: the front is over config means
 
     # ---- the study ---------------------------------------------------------------------------
     def on_study_start(self, ctx: StudyContext) -> None:
@@ -105,7 +107,14 @@ class Progress(Callback):
             f"{vals}{'  ' + note if note else ''}  | running {c.running}, failed {c.failed}, rejected {c.rejected}"
         )
         if record.state == State.COMPLETE:
-            front = [(r.number, tuple(r.values or ())) for r in self.ctx.front.trials()]
+            self._confirming = self._confirming or record.role == Role.CONFIRM
+            if self._confirming:
+                # Once configs are measured again, the front people see elsewhere (status, MLflow) is
+                # over configs at their mean (study/pareto.py): reading every trial costs O(n), but
+                # only for the few confirmation trials at the end of a study.
+                front = [(p.number, p.values) for p in config_front(self.ctx.study)]
+            else:
+                front = [(r.number, tuple(r.values or ())) for r in self.ctx.front.trials()]
             if front != self._last_front:  # only when it changed: the same line after each trial is noise
                 self._last_front = front
                 self._front(front, names)
