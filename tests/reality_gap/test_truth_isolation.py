@@ -11,15 +11,20 @@ import pytest
 import autotune.calibrate.model as model_mod
 import autotune.calibrate.screen as screen_mod
 import autotune.calibrate.stages as stages_mod
+import autotune.sim.trial as trial_mod
 import autotune.study.headroom as headroom_mod
 import autotune.study.pruning as pruning_mod
+from autotune.backends.sim import SimBackend
 from autotune.deploy import NOMINAL, SimProfile, predict_startup
+from autotune.sim.quirks import NONE
 from autotune.study.export_rule import choose_for_export
 from autotune.study.screening import ScreeningSampler
+from autotune.study.sweep import SweepSampler
+from experiments.reality_gap import families
 from experiments.reality_gap import score as S
 from experiments.reality_gap.strategies import variant
 from experiments.reality_gap.study import build
-from experiments.reality_gap.truth import scenario_space, truth_profile
+from experiments.reality_gap.truth import scenario_space, truth_draw, truth_profile
 
 pytestmark = pytest.mark.slow  # servers, clusters or long simulations: not in the quick loop
 
@@ -31,12 +36,13 @@ def test_autotunes_model_is_built_nominal_whatever_the_truth(truth_seed):
     space = scenario_space(SCENARIO)
     truth = truth_profile(space, truth_seed)
     assert truth.to_dict() != NOMINAL.to_dict()
-    bench = build(variant(space, "autotune"), truth, seed=0, trials=4)
+    bench = build(variant(space, "autotune"), SimBackend(profile=truth), seed=0, trials=4)
     assert bench.pool.backend.profile == truth  # the truth answers the trials
     assert bench.space.engine.profile == NOMINAL  # what the loop, export and headroom read
-    assert bench.loop.predictor is not None and bench.loop.predictor.memory.profile == NOMINAL
+    assert bench.loop is not None and bench.loop.predictor is not None
+    assert bench.loop.predictor.memory.profile == NOMINAL
     sampler = bench.study.sampler
-    assert isinstance(sampler, ScreeningSampler)
+    assert isinstance(sampler, SweepSampler) and isinstance(sampler.base, ScreeningSampler)
     assert sampler.model.base == NOMINAL and sampler.model.profile == NOMINAL
 
 
@@ -66,7 +72,7 @@ def test_no_truth_constant_reaches_pruning_screen_or_headroom(monkeypatch):
     sp = variant(space, "autotune")
     strategy = sp.study.strategy.model_copy(update={"recalibrate_every": 3})
     sp = sp.model_copy(update={"study": sp.study.model_copy(update={"strategy": strategy})})
-    bench = build(sp, truth, seed=1, trials=8).run()
+    bench = build(sp, SimBackend(profile=truth), seed=1, trials=8).run()
 
     assert len(seen) > 20
     forbidden = (truth.to_dict(), truth.without_noise().to_dict())
@@ -87,3 +93,27 @@ def test_no_truth_constant_reaches_pruning_screen_or_headroom(monkeypatch):
     recs = bench.records()
     assert S.export_choice(recs, bench.space).flags == choose_for_export(bench.study, bench.space, 1.0).config.flags
     assert not math.isnan(S.gpu_hours_by(math.inf, S.timeline(recs, bench.pool.log), 1))
+
+
+def test_a_structural_truths_quirks_reach_the_backend_alone(monkeypatch):
+    """Issue 18: the structural family's quirks and node offsets answer the trials; every
+    simulation autotune's own model runs (pruning, screen, sweep, recalibration) has none."""
+    space = scenario_space("small-highconc")
+    draw = truth_draw(space, "small-highconc", 1, "structural")
+    assert draw.quirks.active
+    calls: list[object] = []
+    real = trial_mod.simulate_trial
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("quirks", NONE))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model_mod, "simulate_trial", spy)  # autotune's model
+    sp = variant(space, "autotune")
+    wl = sp.workload.model_copy(update={"num_requests": 200})
+    strategy = sp.study.strategy.model_copy(update={"recalibrate_every": 3, "sweep_pool": 30, "screen_requests": 60})
+    sp = sp.model_copy(update={"workload": wl, "study": sp.study.model_copy(update={"strategy": strategy})})
+    bench = build(sp, families.TruthBackend(draw), seed=0, trials=6).run()
+    assert calls and all(q is NONE or not q.active for q in calls)
+    assert isinstance(bench.pool.backend, families.TruthBackend) and bench.pool.backend.truth == draw
+    assert all(r.metrics for r in bench.records() if r.launched and r.started)

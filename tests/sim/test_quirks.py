@@ -23,7 +23,10 @@ FLAGS = {**SPACE.fixed_flags(), "gpu_memory_utilization": 0.92, "max_num_seqs": 
 WL = SPACE.workload.model_copy(update={"num_requests": 120})
 
 
-def _p99(flags=FLAGS, quirks: Quirks = NONE, profile=NOMINAL.without_noise(), seed: int = 1) -> float:
+QUIET = NOMINAL.without_noise()
+
+
+def _p99(flags=FLAGS, quirks: Quirks = NONE, profile=QUIET, seed: int = 1) -> float:
     e = SPACE.engine
     return simulate_trial(e.model, e.gpu, flags, WL, seed=seed, env=e.env, profile=profile,
                           quirks=quirks).metrics()["p99_e2e_s"]

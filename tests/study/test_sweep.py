@@ -20,8 +20,8 @@ from autotune.study.record import TrialRecord
 from autotune.study.residual import DEFAULT_RUN_SD, ResidualGP, encode, run_log_sd
 from autotune.study.screening import ScreeningSampler
 from autotune.study.sweep import SweepSampler, candidate_pool, param_values
-from experiments.search import harness as H
 from experiments.scenarios.ground_truth import space_path
+from experiments.search import harness as H
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
