@@ -15,7 +15,9 @@ from autotune.export.header import evidence_lines, oom_line, ranked_summary
 from autotune.export.k8s import VLLM_IMAGE, k8s_manifests
 from autotune.export.vllm_config import header, serve_command, write_atomic, write_config
 from autotune.space.loader import parse_space
+from autotune.study.confirm import budget_note
 from autotune.study.evidence import SHOWN_METRICS
+from autotune.study.record import records
 from autotune.study.export_rule import DEFAULT_MAX_OOM_PER_1K, SHOWN, Ranking, choose, study_evidence
 
 FORMATS = ("vllm", "k8s")
@@ -33,6 +35,9 @@ def export(
     image: Annotated[str, typer.Option(help="k8s: the vLLM container image")] = VLLM_IMAGE,
     secret_name: Annotated[str, typer.Option(help="k8s: the Secret that holds engine.env's secrets")] = "autotune-secrets",
     cache_claim: Annotated[str, typer.Option(help="k8s: the PersistentVolumeClaim for the model cache")] = "vllm-model-cache",
+    model_cache: Annotated[str, typer.Option(help="k8s: pvc (created), pvc:NAME, emptydir or hostpath:PATH")] = "pvc",
+    gpu_product: Annotated[str | None, typer.Option(
+        help="k8s: the nvidia.com/gpu.product to pin pods to (default: from engine.gpu; '' for none)")] = None,
     max_oom_per_1k: Annotated[float, typer.Option(help="OOM limit the chosen config must meet")] = DEFAULT_MAX_OOM_PER_1K,
     study: Annotated[str | None, typer.Option(help="study name, if the storage holds several")] = None,
     storage: Annotated[str | None, typer.Option(help="storage URL, if not the run directory's")] = None,
@@ -59,13 +64,15 @@ def export(
     shown = {"oom_per_1k": c.oom.rate_per_1k,
              **{m: c.interval(m).mean for m in dict.fromkeys([rank.metric, *SHOWN_METRICS]) if m in c.intervals}}
     path = output or run_dir.root / DEFAULT_FILE[format_]
+    budget = budget_note(space, sum(r.launched for r in records(st.get_trials(deepcopy=False))))
     head = header(st.study_name, choice.trial.number, space.engine.backend, shown, choice.rule,
-                  evidence_lines(choice, evidence, max_oom_per_1k, margin))
+                  [*evidence_lines(choice, evidence, max_oom_per_1k, margin), *([budget] if budget else [])])
     try:
         if format_ == "k8s":
             write_atomic(path, k8s_manifests(space.engine.model, c.flags, space.engine.env, head, name=name,
                                              image=image, secret_name=secret_name, cache_claim=cache_claim,
-                                             startup_timeout_s=space.engine.startup_timeout_s))
+                                             startup_timeout_s=space.engine.startup_timeout_s,
+                                             model_cache=model_cache, gpu=space.engine.gpu, gpu_product=gpu_product))
         else:
             write_config(path, space.engine.model, c.flags, head)
     except OSError as e:
@@ -76,5 +83,7 @@ def export(
     typer.echo(f"  {oom_line(c, max_oom_per_1k, choice.tier == SHOWN)}")
     for note in choice.notes:
         typer.echo(f"  note: {note}")
+    if budget:
+        typer.echo(f"  note: {budget}")
     typer.echo(f"wrote {path}")
     typer.echo(f"kubectl apply -f {path}" if format_ == "k8s" else serve_command(space.engine.model, c.flags))

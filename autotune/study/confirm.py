@@ -56,9 +56,10 @@ MIN_CONFIRM = 2  # fewer confirmation runs than this tell nothing: none then
 def confirm_trials(target: int, confirm: ConfirmSection) -> int:
     """Launched trials confirmation takes from a budget of ``target``: the space's
     ``finalists x repeats``, scaled down to a quarter of the budget (a 12-trial study that
-    spent 6 on repeats and 5 on the warm start searched with 1), none below ``MIN_CONFIRM``."""
+    spent 6 on repeats and 5 on the warm start searched with 1); none when scaling leaves fewer
+    than ``MIN_CONFIRM`` of a larger configured number."""
     n = min(confirm.trials, target // BUDGET_SHARE)
-    return n if n >= MIN_CONFIRM else 0
+    return n if n >= min(MIN_CONFIRM, confirm.trials) else 0
 
 
 def search_quota(target: int, confirm: ConfirmSection) -> int:
