@@ -17,8 +17,8 @@ from autotune.export.vllm_config import header, serve_command, write_atomic, wri
 from autotune.space.loader import parse_space
 from autotune.study.confirm import budget_note
 from autotune.study.evidence import SHOWN_METRICS
-from autotune.study.record import records
 from autotune.study.export_rule import DEFAULT_MAX_OOM_PER_1K, SHOWN, Ranking, choose, study_evidence
+from autotune.study.record import records
 
 FORMATS = ("vllm", "k8s")
 DEFAULT_FILE = {"vllm": "vllm_config.yaml", "k8s": "k8s.yaml"}
