@@ -72,7 +72,7 @@ def test_no_truth_constant_reaches_pruning_screen_or_headroom(monkeypatch):
     sp = variant(space, "autotune")
     strategy = sp.study.strategy.model_copy(update={"recalibrate_every": 3})
     sp = sp.model_copy(update={"study": sp.study.model_copy(update={"strategy": strategy})})
-    bench = build(sp, SimBackend(profile=truth), seed=1, trials=8).run()
+    bench = build(sp, SimBackend(profile=truth), seed=1, trials=12).run()
 
     assert len(seen) > 20
     forbidden = (truth.to_dict(), truth.without_noise().to_dict())

@@ -18,7 +18,7 @@ import optuna
 from autotune.backends.base import TrialRequest
 from autotune.results import RequestRecord, TrialResult, TrialStatus
 from autotune.space.schema import SearchSpace
-from autotune.study.confirm import Kind, next_step, search_quota
+from autotune.study.confirm import Kind, confirm_trials, next_step, race, search_quota
 from autotune.study.driver import TrialLoop
 from autotune.study.evidence import summarize
 from autotune.study.export_rule import DEFAULT_MAX_OOM_PER_1K, finalists
@@ -68,70 +68,103 @@ def _expected_finalists(study: optuna.Study, space: SearchSpace) -> list[int]:
                                               DEFAULT_MAX_OOM_PER_1K, space.export.min_headroom_gib)]
 
 
-def test_the_last_trials_repeat_the_finalists_with_fresh_seeds_and_no_early_stop():
-    space = _space()  # defaults: 3 finalists x 2 repeats out of the 12 trials
+def _confirm_counts(recs, complete_only: bool = False) -> Counter:
+    return Counter(r.repeat_of for r in recs if r.role == Role.CONFIRM and (r.state == State.COMPLETE or not complete_only))
+
+
+def test_the_last_trials_race_the_finalists_with_fresh_seeds_and_no_early_stop():
+    space = _space()  # defaults: 3 finalists x 2 repeats = 6 confirmation runs, a quarter of 24 trials
     pool = two_workers()
-    study = _run(space, 12, pool)
+    study = _run(space, 24, pool)
     recs = records(study.trials)
-    assert [r.state for r in recs] == [State.COMPLETE] * 12
-    assert [r.role for r in recs] == [Role.SEARCH] * 6 + [Role.CONFIRM] * 6
+    assert all(r.state == State.COMPLETE for r in recs)
+    search, confirm = recs[:18], recs[18:]
+    assert all(r.role == Role.SEARCH for r in search) and confirm and all(r.role == Role.CONFIRM for r in confirm)
     final = _expected_finalists(study, space)
     assert len(final) == 3
-    assert Counter(r.repeat_of for r in recs if r.role == Role.CONFIRM) == {n: 2 for n in final}
-    for r in recs[6:]:
+    counts = _confirm_counts(recs)
+    assert set(counts) == set(final) and all(n >= 1 for n in counts.values())  # each finalist at least once
+    assert sum(counts.values()) <= 6  # the budget, or less when the race was decided early
+    if sum(counts.values()) < 6:
+        evidence = [c for c in summarize(recs, space).configs if c.first.number in final]
+        assert race(evidence, recs, space, counts) is None
+    for r in confirm:
         assert r.flags == recs[r.repeat_of].flags and r.params == recs[r.repeat_of].params
     by_number = {q.trial_number: q for q in pool.requests}
-    assert all(by_number[r.number].early_stop is None for r in recs[6:])
-    assert len({q.seed for q in pool.requests}) == 12  # every run draws its own noise
-    # The evidence groups each finalist's three runs.
+    assert all(by_number[r.number].early_stop is None for r in confirm)
+    assert len({q.seed for q in pool.requests}) == len(recs)  # every run draws its own noise
     repeated = [c for c in summarize(recs, space).configs if c.n > 1]
-    assert sorted(c.first.number for c in repeated) == sorted(final) and all(c.n == 3 for c in repeated)
+    assert sorted(c.first.number for c in repeated) == sorted(final)
+
+
+def test_the_race_repeats_contenders_and_stops_once_the_intervals_separate():
+    """Two finalists 1 % apart keep being raced; one 40 % behind drops out after one repeat."""
+    space = _space(params={"block_size": {"type": "categorical", "choices": [16, 32]},
+                           "max_num_seqs": {"type": "categorical", "choices": [16, 64, 256]}})
+
+    def three_levels(request: TrialRequest) -> TrialResult:
+        base = {16: 20.0, 64: 20.2, 256: 28.0}[request.flags["max_num_seqs"]] + (request.flags["block_size"] == 32) * 9
+        speed = random.Random(request.seed).lognormvariate(0.0, 0.03)
+        n = request.workload.num_requests
+        recs = [RequestRecord(i, 0.0, 0.1, base * speed * (0.5 + i / (2 * n)), 10, 10) for i in range(n)]
+        return TrialResult(TrialStatus.OK, "inline", records=recs, requests_issued=n, duration_s=base)
+
+    study = _run(space, 40, two_workers(run=three_levels))
+    recs = records(study.trials)
+    counts = _confirm_counts(recs)
+    seqs = {n: recs[n].flags["max_num_seqs"] for n in counts}
+    by_seqs = {seqs[n]: k for n, k in counts.items()}
+    assert by_seqs[256] == 1  # clearly behind: measured once more, then out of the race
+    assert by_seqs[16] + by_seqs[64] == sum(counts.values()) - 1 >= 3  # the close two share the rest
 
 
 def test_small_studies_and_zero_switch_confirmation_off():
-    assert search_quota(11, _space().study.confirm) == 11  # under 2 x 6: a study of mostly repeats
-    for space, target in ((_space(), 8), (_space({"finalists": 0}), 12), (_space({"repeats": 0}), 12)):
+    confirm = _space().study.confirm
+    assert [confirm_trials(t, confirm) for t in (7, 8, 12, 24, 40)] == [0, 2, 3, 6, 6]  # a quarter, at most 6
+    assert search_quota(11, confirm) == 9
+    for space, target in ((_space(), 7), (_space({"finalists": 0}), 12), (_space({"repeats": 0}), 12)):
         study = _run(space, target)
         assert all(r.role == Role.SEARCH for r in records(study.trials))
         assert len(study.trials) == target
 
 
 def test_fewer_configs_than_finalists_share_the_confirmation_budget():
-    # Two configs in the whole space: 2 finalists share the 6 repeats, 3 each.
+    # Two configs in the whole space: 2 finalists share the 6 repeats.
     space = _space(params={"block_size": {"type": "categorical", "choices": [16, 32]}})
-    study = _run(space, 12)
+    study = _run(space, 24)
     recs = records(study.trials)
-    assert len(recs) == 12 and all(r.state == State.COMPLETE for r in recs)
-    counts = Counter(r.repeat_of for r in recs if r.role == Role.CONFIRM)
-    assert sorted(counts.values()) == [3, 3]
+    assert all(r.state == State.COMPLETE for r in recs)
+    counts = _confirm_counts(recs)
+    assert len(counts) == 2 and all(n >= 1 for n in counts.values()) and sum(counts.values()) <= 6
 
 
 def test_a_worker_dying_under_a_repeat_reruns_that_repeat_once():
     space = _space()
-    pool = two_workers(die={7})
-    study = _run(space, 12, pool)
+    pool = two_workers(die={18})  # the first confirmation run of a 24-trial study
+    study = _run(space, 24, pool)
     recs = records(study.trials)
     failed = [r for r in recs if r.state == State.FAILED]
-    assert [r.number for r in failed] == [7] and failed[0].role == Role.CONFIRM
-    rerun = next(r for r in recs if r.requeued_from == 7)
+    assert [r.number for r in failed] == [18] and failed[0].role == Role.CONFIRM
+    rerun = next(r for r in recs if r.requeued_from == 18)
     assert rerun.role == Role.CONFIRM and rerun.repeat_of == failed[0].repeat_of and rerun.state == State.COMPLETE
     final = _expected_finalists(study, space)
-    done = Counter(r.repeat_of for r in recs if r.role == Role.CONFIRM and r.state == State.COMPLETE)
-    assert done == {n: 2 for n in final}
-    assert sum(r.state == State.COMPLETE for r in recs) == 12
+    done = _confirm_counts(recs, complete_only=True)
+    assert set(done) == set(final) and sum(done.values()) <= 6
+    assert sum(r.state == State.COMPLETE for r in recs) == 18 + sum(done.values())
 
 
 def test_a_repeat_left_enqueued_by_a_killed_driver_is_run_not_duplicated():
     space = _space()
-    study = _run(space, 6)  # the search alone (6 < 2 x 6: no confirmation in a 6-trial study)
+    study = _run(_space({"finalists": 0}), 18)  # the search of the 24-trial study alone
     final = _expected_finalists(study, space)
-    # A driver of the 12-trial study was killed between enqueueing a repeat and asking it.
+    # A driver of the 24-trial study was killed between enqueueing a repeat and asking it.
     study.enqueue_trial(records(study.trials)[final[1]].params,
                         user_attrs=enqueue_attrs(Role.CONFIRM, repeat_of=final[1]))
-    assert next_step(records(study.trials), space, 12).kind == Kind.ASK
-    _run(space, 12, study=study)
+    assert next_step(records(study.trials), space, 24).kind == Kind.ASK
+    _run(space, 24, study=study)
     recs = records(study.trials)
     assert not [r for r in recs if r.state in (State.WAITING, State.RUNNING)]
-    assert Counter(r.repeat_of for r in recs if r.role == Role.CONFIRM) == {n: 2 for n in final}
-    assert sum(r.state == State.COMPLETE for r in recs) == 12
-    assert next_step(recs, space, 12).kind == Kind.DONE
+    counts = _confirm_counts(recs)
+    assert set(counts) == set(final) and sum(counts.values()) <= 6
+    assert counts[final[1]] >= 1 and len(recs) == 18 + sum(counts.values())  # the enqueued repeat ran, once
+    assert next_step(recs, space, 24).kind == Kind.DONE
