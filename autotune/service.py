@@ -28,6 +28,7 @@ from autotune.rundir import RunDir
 from autotune.security import mask_env, mask_url, secret_values
 from autotune.space import SearchSpace, space_fingerprint
 from autotune.study.callbacks import Callback
+from autotune.study.confirm import budget_note
 from autotune.study.driver import TrialLoop
 from autotune.study.opening import open_study
 from autotune.study.pareto import pareto_numbers
@@ -146,10 +147,11 @@ def _run_locked(space: SearchSpace, space_path: Path, opts: RunOptions, name: st
     storage_url = expand_url(space.study.storage) if space.study.storage else run_dir.optuna_url
     mlflow_uri = space.study.mlflow_tracking_uri
     mlflow_uri = expand_url(mlflow_uri, "study.mlflow_tracking_uri") if mlflow_uri else run_dir.mlflow_url
-    opened = open_study(space, name, open_storage(storage_url), search_sampler(space, seed))
+    target = opts.trials or space.study.trials
+    opened = open_study(space, name, open_storage(storage_url), search_sampler(space, seed), target=target)
     if opened.first_open:
         run_dir.space_copy.write_text(yaml.safe_dump(_masked_space(space, space_path), sort_keys=False))
-    target = opts.trials or space.study.trials
+    note = budget_note(space, target)  # said at the start (here and by `run`), in status and the export header
     g, c = space.cluster.gpus_per_worker, space.cluster.cpus_per_worker
     callbacks: list[Callback] = [
         TrialFiles(run_dir),
@@ -159,7 +161,7 @@ def _run_locked(space: SearchSpace, space_path: Path, opts: RunOptions, name: st
     if mode != "none":
         callbacks.append(Progress(
             f"backend {space.engine.backend}, {n_workers} worker(s) x {g} GPU(s), sampler {space.study.sampler}; "
-            f"run dir {run_dir.root}", mode))
+            f"run dir {run_dir.root}" + (f"\n{note}" if note else ""), mode))
     pool = WorkerPool(space.engine.backend, n_workers, g, c, _backend_kwargs(space, opts))
     loop = TrialLoop(
         opened.study, space, pool,

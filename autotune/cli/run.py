@@ -33,6 +33,7 @@ def run(
 ) -> None:
     """Run (or resume) a multi-objective study: minimise OOMs per 1000 requests and p99 latency."""
     from autotune.service import RunOptions, run_study, study_name_for
+    from autotune.study.confirm import budget_note
 
     if trials is not None and trials <= 0:
         raise UserError(f"--trials {trials}: must be at least 1")
@@ -53,12 +54,17 @@ def run(
     validate_for_backend(sp)
     opts = RunOptions(out=out, study_name=study, trials=trials, workers=workers, seed=seed, address=address,
                       progress="none" if quiet else progress or "auto")
+    note = budget_note(sp, trials or sp.study.trials)
+    if note:
+        typer.echo(f"note: {note}", err=True)
     summary = run_study(sp, space, opts)
     typer.echo(
         f"study {summary.study}: {summary.n_complete} complete, {summary.n_failed} failed, "
         f"{summary.n_rejected} rejected without launch; Pareto trials {summary.pareto}; "
         f"{summary.wall_s:.1f}s on {summary.workers} worker(s)"
     )
+    if note:
+        typer.echo(f"note: {note}")
     typer.echo(f"next: {next_command('status', summary.run_dir, summary.study)}   |   "
                f"{next_command('export', summary.run_dir, summary.study)}")
 

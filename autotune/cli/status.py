@@ -34,6 +34,7 @@ from autotune.formatting import number
 from autotune.rundir import RunDir
 from autotune.space import SearchSpace
 from autotune.space.loader import parse_space
+from autotune.study.confirm import budget_note
 from autotune.study.evidence import ConfigEvidence, summarize
 from autotune.study.export_rule import LATENCY, Choice, Ranking, recommendation
 from autotune.study.pareto import FrontPoint, config_front
@@ -138,6 +139,7 @@ def status(
             "n_rejected": n[State.REJECTED],
             "n_waiting": n[State.WAITING],
             "recommended": recommendation_json(choice, rank_metric),
+            "budget_note": _budget_line(recs, space, n) or None,
             "pareto": sorted(front),
             "pareto_runs": {str(k): p.runs for k, p in sorted(front.items())},
             "trials": rows,
@@ -153,6 +155,8 @@ def status(
                                f"{n[State.RUNNING]} running, {n[State.REJECTED]} rejected, "
                                f"{n[State.WAITING]} waiting", width)))
     console.print(escape(_wrap(_recommended_line(choice, rank_metric), width, "  ")))
+    if budget := _budget_line(recs, space, n):
+        console.print(escape(_wrap(budget, width, "  ")))
     short = _short_names(rows, searched, names, width)
     console.print(_trials_table(rows, names, front, short))
     console.print(escape(_wrap("R: recommended (what `autotune export` writes). *: Pareto front, configs at the mean of "
@@ -167,6 +171,14 @@ def status(
                                        "    ", "  ")))
     if repeated:
         console.print(_configs_table(repeated, [m for m in names if m != "oom_per_1k"]))
+
+
+def _budget_line(recs: list[TrialRecord], space: SearchSpace | None, n: dict[str, int]) -> str:
+    """Once nothing runs or waits: whether the study's budget (its launched trials) was too
+    small to search every flag (the line `autotune run` and the export header also give)."""
+    if space is None or n[State.RUNNING] or n[State.WAITING]:
+        return ""
+    return budget_note(space, sum(r.launched for r in recs))
 
 
 def _width() -> int:
