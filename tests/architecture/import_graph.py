@@ -16,14 +16,29 @@ THIRD_PARTY = ("optuna", "ray", "mlflow")
 NEUTRAL = frozenset({"errors", "security", "formatting", "results", "early_stop", "engine", "workload", "rundir"})
 
 
-def unit_of(path: Path) -> str:
+def unit_of(path: Path, root: Path = ROOT) -> str:
     """The architectural unit a source file belongs to: its top-level package or module."""
-    rel = path.relative_to(ROOT).with_suffix("")
+    rel = path.relative_to(root).with_suffix("")
     return rel.parts[0]
 
 
+DYNAMIC = ("import_module", "__import__")  # importlib.import_module(...), __import__(...)
+
+
+def _dynamic_name(node: ast.Call) -> str | None:
+    """The module a dynamic import with a literal name loads (None: not one)."""
+    f = node.func
+    name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+    if name in DYNAMIC and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+        return node.args[0].value
+    return None
+
+
 def imports_of(path: Path) -> list[str]:
-    """Every module ``path`` imports (absolute names; relative imports are not used here)."""
+    """Every module ``path`` imports (absolute names; relative imports are not used here):
+    ``import a.b``, ``from a.b import c`` (and ``from autotune import study``, which imports
+    the package ``autotune.study``), and ``importlib.import_module`` / ``__import__`` called
+    with a literal name."""
     out: list[str] = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -32,25 +47,29 @@ def imports_of(path: Path) -> list[str]:
             if node.level:
                 raise AssertionError(f"{path}: relative import; use the absolute autotune.* name")
             out.append(node.module)
+            if node.module == "autotune":  # `from autotune import study`: a package of autotune
+                out += [f"autotune.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Call) and (name := _dynamic_name(node)):
+            out.append(name)
     return out
 
 
-def module_edges() -> dict[tuple[str, str], set[str]]:
+def module_edges(root: Path = ROOT) -> dict[tuple[str, str], set[str]]:
     """(unit, imported unit or third-party root) -> the files that make that edge."""
     edges: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for path in sorted(ROOT.rglob("*.py")):
-        src = unit_of(path)
+    for path in sorted(root.rglob("*.py")):
+        src = unit_of(path, root)
         for name in imports_of(path):
             parts = name.split(".")
             if parts[0] == "autotune" and len(parts) > 1 and parts[1] != src:
-                edges[(src, parts[1])].add(str(path.relative_to(ROOT.parent)))
+                edges[(src, parts[1])].add(str(path.relative_to(root.parent)))
             elif parts[0] in THIRD_PARTY:
-                edges[(src, parts[0])].add(str(path.relative_to(ROOT.parent)))
+                edges[(src, parts[0])].add(str(path.relative_to(root.parent)))
     return edges
 
 
-def internal_edges() -> set[tuple[str, str]]:
-    return {(a, b) for a, b in module_edges() if b not in THIRD_PARTY}
+def internal_edges(root: Path = ROOT) -> set[tuple[str, str]]:
+    return {(a, b) for a, b in module_edges(root) if b not in THIRD_PARTY}
 
 
 def mermaid() -> str:
