@@ -129,7 +129,7 @@ def connect(address: str | None, logical_gpus: int | None = None, num_cpus: int 
                              num_cpus=num_cpus or max(os.cpu_count() or 1, 2), _node_ip_address=LOOPBACK, **kwargs)
                 started = True
                 global _reaper
-                _reaper = reaper.start(reaper.children(os.getpid()))  # Ray's processes, all started just now
+                _reaper = reaper.start(reaper.children(os.getpid(), os.path.dirname(ray.__file__)))
         except (ConnectionError, TimeoutError, ValueError, RuntimeError) as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise UserError(f"--address {address}: cannot connect to Ray ({first}); check 'ray status' there") from None

@@ -7,8 +7,9 @@ seconds the workers, live on, the agents for a minute or more (measured on Ray 2
 notice the raylet's death late, then wait on the dead GCS). This small process, started by
 the driver right after ``ray.init``, waits for the driver's end (its stdin, a pipe only the
 driver holds, reaches EOF) and then kills every process of that Ray: the ones the driver
-started (given by pid and start time, so a reused pid is never hit) and every process the
-raylet started (they carry ``RAY_RAYLET_PID`` in their environment). Linux only (/proc).
+started and every one they started, noted every second while the driver lived (by pid and
+start time, so a reused pid is never hit), and any other carrying their raylet's pid in
+``RAY_RAYLET_PID``. Linux only (/proc).
 
 Run as ``python -m autotune.workers.reaper PID:START ...``; it imports nothing of autotune.
 """
@@ -16,6 +17,7 @@ Run as ``python -m autotune.workers.reaper PID:START ...``; it imports nothing o
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -23,6 +25,7 @@ import time
 from pathlib import Path
 
 GRACE_S = 3.0  # SIGTERM first, SIGKILL what is left after this
+WATCH_EVERY_S = 1.0  # how often the driver's Ray processes are listed while it lives
 
 
 def start_time(pid: int) -> str | None:
@@ -33,12 +36,17 @@ def start_time(pid: int) -> str | None:
         return None
 
 
-def children(pid: int) -> list[int]:
+def children(pid: int, running_from: str) -> list[int]:
+    """``pid``'s child processes whose command line runs something under ``running_from``
+    (Ray's package directory: its binaries and its Python daemons), so that another child
+    of the same process (a test's server, say) is never taken for Ray's."""
     out = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                if int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]) != pid:
+                    continue
+                if running_from.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
                     out.append(int(entry))
             except (OSError, IndexError, ValueError):
                 pass
@@ -58,10 +66,29 @@ def start(driver_children: list[int]) -> subprocess.Popen[bytes] | None:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
-def _ray_processes(marks: list[tuple[int, str]]) -> set[int]:
-    """The driver's Ray processes still alive, and everything any raylet of them started."""
-    alive = {pid for pid, t in marks if start_time(pid) == t}
-    raylets = {str(pid) for pid, _ in marks}  # dead ones too: their orphans still name them
+def _descendants(roots: set[int]) -> dict[int, str]:
+    """Every live descendant of ``roots``, with its start time."""
+    kids: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                kids.setdefault(int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1]),
+                                []).append(int(entry))
+            except (OSError, IndexError, ValueError):
+                pass
+    out: dict[int, str] = {}
+    todo = [k for r in roots for k in kids.get(r, [])]
+    while todo:
+        pid = todo.pop()
+        if pid not in out and (t := start_time(pid)) is not None:
+            out[pid] = t
+            todo.extend(kids.get(pid, []))
+    return out
+
+
+def _raylet_children(raylets: set[str]) -> set[int]:
+    """Processes whose environment names one of ``raylets`` as their raylet (RAY_RAYLET_PID)."""
+    found = set()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
@@ -69,11 +96,9 @@ def _ray_processes(marks: list[tuple[int, str]]) -> set[int]:
             env = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        for var in env:
-            if var.startswith(b"RAY_RAYLET_PID=") and var[len(b"RAY_RAYLET_PID="):].decode() in raylets:
-                alive.add(int(entry))
-                break
-    return alive
+        if any(v.startswith(b"RAY_RAYLET_PID=") and v[len(b"RAY_RAYLET_PID="):].decode() in raylets for v in env):
+            found.add(int(entry))
+    return found
 
 
 def _signal(pids: set[int], sig: signal.Signals) -> None:
@@ -87,10 +112,19 @@ def _signal(pids: set[int], sig: signal.Signals) -> None:
 def main(argv: list[str]) -> None:
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, signal.SIG_IGN)  # only the driver's end ends this
-    marks = [(int(p), t) for p, _, t in (a.partition(":") for a in argv)]
-    while sys.stdin.buffer.read(4096):
-        pass  # EOF: the driver is gone (or closed the pipe on its way out)
-    targets = _ray_processes(marks)
+    marks = {int(p): t for p, _, t in (a.partition(":") for a in argv)}
+    # While the driver lives, note what its Ray processes start (agents, workers), with start
+    # times: once the raylet is dead its children belong to init and no tree leads to them.
+    # Their RAY_RAYLET_PID is a second way to find them (not always readable: Ray retitles
+    # its processes, which can overwrite the environment /proc shows).
+    known = dict(marks)
+    while True:
+        if select.select([sys.stdin.buffer], [], [], WATCH_EVERY_S)[0] and not os.read(sys.stdin.fileno(), 4096):
+            break  # EOF: the driver is gone (or closed the pipe on its way out)
+        known.update(_descendants({p for p, t in marks.items() if start_time(p) == t}))
+    known.update(_descendants({p for p, t in marks.items() if start_time(p) == t}))
+    targets = {p for p, t in known.items() if start_time(p) == t} | _raylet_children({str(p) for p in marks})
+    targets.discard(os.getpid())
     _signal(targets, signal.SIGTERM)
     deadline = time.time() + GRACE_S
     while time.time() < deadline and any(start_time(p) for p in targets):

@@ -44,6 +44,8 @@ from tests.reliability.conftest import (
     write_space,
 )
 
+pytestmark = pytest.mark.slow  # whole `autotune run`s on Ray, ~20 s a case: not in the quick loop; CI runs it
+
 TARGET = 6
 ONE_LINE = "error: no space left on device writing "
 
@@ -209,7 +211,6 @@ def small_tmpfs(tmp_path: Path):
     subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)
 
 
-@pytest.mark.slow  # two real drivers: not in the quick loop; CI runs it
 def test_a_real_full_filesystem_then_room_resumes_with_nothing_lost(ray_cluster, small_tmpfs, tmp_path):
     mnt, grow = small_tmpfs
     name = "realfull"
