@@ -97,7 +97,28 @@ def score(metrics: Mapping[str, float], space: SearchSpace) -> tuple[int, float,
     return (0 if feasible else 1, oom if over else 0.0, sign * values[main])
 
 
-class ScreeningSampler(optuna.samplers.BaseSampler):
+class WrappingSampler(optuna.samplers.BaseSampler):
+    """A sampler in front of the study's own (``base``): independent samples and the trial
+    hooks go to ``base``; a subclass decides the relative sample (the screen, the sweep)."""
+
+    base: optuna.samplers.BaseSampler
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self.base.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.base.before_trial(study, trial)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self.base.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.base.reseed_rng()
+
+
+class ScreeningSampler(WrappingSampler):
     """``base`` with the screen in front of each sampled trial (module docstring)."""
 
     def __init__(self, base: optuna.samplers.BaseSampler, space: SearchSpace, model: ConfigModel,
@@ -120,20 +141,6 @@ class ScreeningSampler(optuna.samplers.BaseSampler):
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         choice = self._choices.pop(trial.number, None)
         return dict(choice.params) if choice is not None and search_space else {}
-
-    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
-        return self.base.sample_independent(study, trial, param_name, param_distribution)
-
-    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.base.before_trial(study, trial)
-
-    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
-                    values: Sequence[float] | None) -> None:
-        self.base.after_trial(study, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        self.base.reseed_rng()
 
     def _choose(self, study: optuna.Study, trial: FrozenTrial) -> Choice | None:
         recs = records(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))

@@ -44,7 +44,7 @@ from autotune.study.params import _active, _ordered, check_constraints, suggest_
 from autotune.study.pruning import StartupPredictor
 from autotune.study.record import Role, TrialRecord, records
 from autotune.study.residual import ResidualGP, encode, run_log_sd
-from autotune.study.screening import Choice, ConfigModel, score
+from autotune.study.screening import Choice, ConfigModel, WrappingSampler, score
 
 RANGE_POINTS = 12  # values of a stepped or continuous range in the pool
 TRUST_AFTER = 6  # measured configs before the model is judged
@@ -147,7 +147,7 @@ def as_choice(space: SearchSpace, params: Mapping[str, Any]) -> Choice:
     return Choice(chosen, replay.distributions)
 
 
-class SweepSampler(optuna.samplers.BaseSampler):
+class SweepSampler(WrappingSampler):
     """``base`` (the study's sampler, screened) behind the sweep (module docstring)."""
 
     def __init__(self, base: optuna.samplers.BaseSampler, space: SearchSpace, model: SweepModel,
@@ -182,20 +182,6 @@ class SweepSampler(optuna.samplers.BaseSampler):
             return self.base.sample_relative(study, trial, search_space)
         choice = self._choices.pop(trial.number, None)
         return dict(choice.params) if choice is not None and search_space else {}
-
-    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
-        return self.base.sample_independent(study, trial, param_name, param_distribution)
-
-    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.base.before_trial(study, trial)
-
-    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
-                    values: Sequence[float] | None) -> None:
-        self.base.after_trial(study, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        self.base.reseed_rng()
 
     # --- the choice ----------------------------------------------------------------------
     def _flags(self, params: Mapping[str, Any]) -> dict[str, Any]:
