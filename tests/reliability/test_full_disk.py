@@ -2,7 +2,7 @@
 
 Two ways to fill a disk:
 
-- **Injected** (always runs; CI): ``ENOSPC`` raised at one write of an in-process
+- **Injected** (needs no root, so it runs in CI everywhere): ``ENOSPC`` raised at one write of an in-process
   `autotune run` (no-op backend, on the session's Ray), as the real store raises it: SQLite's
   "database or disk is full" through SQLAlchemy and Optuna for Optuna's tell, through
   MLflow's store for a trial's metrics, the OS's ``OSError(ENOSPC)`` for an artifact copy and
