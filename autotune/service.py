@@ -33,6 +33,7 @@ from autotune.study.driver import TrialLoop
 from autotune.study.opening import open_study
 from autotune.study.pareto import pareto_numbers
 from autotune.study.progress import MODES, Progress
+from autotune.study.record import records
 from autotune.study.storage import check_url, expand_url, open_storage
 from autotune.study.trial_files import TrialFiles
 from autotune.tracking.callback import MlflowLogger
@@ -173,8 +174,11 @@ def _run_locked(space: SearchSpace, space_path: Path, opts: RunOptions, name: st
         pool.on_progress = loop.trial_progress
     res = loop.run()
     t = res.tally
-    return RunSummary(name, run_dir.root, t.complete, t.failed, t.rejected, pareto_numbers(opened.study), n_workers,
-                      time.time() - t0, res.launched)
+    # A trial that never served (its engine did not start) is complete to Optuna but failed to
+    # a user: counted as `autotune status` counts it.
+    never = sum(r.never_served for r in records(opened.study.get_trials(deepcopy=False)))
+    return RunSummary(name, run_dir.root, t.complete - never, t.failed + never, t.rejected,
+                      pareto_numbers(opened.study), n_workers, time.time() - t0, res.launched)
 
 
 # One driver per run directory. Two drivers on one fresh directory race to create its

@@ -18,6 +18,7 @@ from optuna.trial import TrialState
 
 from autotune.service import RunOptions, run_study
 from autotune.space import load_space
+from autotune.study.pareto import pareto_numbers
 from tests.conftest import run_cli
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -66,10 +67,12 @@ def test_baseline_and_references_are_tagged(sim_study):
     assert {"oom_per_1k", "p99_e2e_s", "p50_ttft_s", "kv_cache_tokens", "preemptions"} <= set(r0.data.metrics)
 
 
-def test_pareto_tags_match_optuna(sim_study):
+def test_pareto_tags_match_the_config_front(sim_study):
+    """The front people are shown (run summary, MLflow's pareto tag) is over configs at the
+    mean of their runs (study/pareto.py config_front), the same one `autotune status` shows."""
     summary, out = sim_study
     study = optuna.load_study(study_name=summary.study, storage=f"sqlite:///{out / 'optuna.db'}")
-    front = {t.number for t in study.best_trials if t.user_attrs.get("role") != "rejected"}
+    front = set(pareto_numbers(study))
     assert front and front == set(summary.pareto)
     runs = _mlflow_trial_runs(out, summary.study)
     tagged = {int(r.data.tags["autotune.trial_number"]) for r in runs if r.data.tags.get("pareto") == "true"}
@@ -101,7 +104,8 @@ def test_status_json_and_export(sim_study, capsys, tmp_path):
     assert code == 0
     st = json.loads(stdout)
     assert st["study"] == summary.study and st["pareto"] == summary.pareto
-    assert st["n_complete"] == summary.n_complete and st["n_running"] == 0
+    # The run's summary counts as status does: a trial that never served is failed.
+    assert (st["n_complete"], st["n_failed"]) == (summary.n_complete, summary.n_failed) and st["n_running"] == 0
     assert {"number", "state", "params", "values", "failure_reason"} <= set(st["trials"][0])
 
     target = tmp_path / "deploy.yaml"
@@ -112,7 +116,7 @@ def test_status_json_and_export(sim_study, capsys, tmp_path):
     assert "SIMULATED" in text
     cfg = yaml.safe_load(text)
     chosen = int(stdout.split()[1].rstrip(":"))
-    assert chosen in summary.pareto
+    assert chosen == st["recommended"]["trial"]  # one answer: status and export name the same trial
     study = optuna.load_study(study_name=summary.study, storage=f"sqlite:///{out / 'optuna.db'}")
     flags = study.trials[chosen].user_attrs["flags"]
     assert cfg["model"] == load_space(DATA / "sim_small.yaml").engine.model
