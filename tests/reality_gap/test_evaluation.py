@@ -37,7 +37,8 @@ def test_report_keeps_eval_rows_pairs_cases_and_reads_goals(tmp_path):
     assert "vs sim-best (6 pairs)" in text and "(ahead)" in text
     goals = text[text.index("## Goals"):]
     assert "| autotune within 2 % and the OOM limit in >= 9/10 cases | 100 % [100 %, 100 %] of 12 | yes |" in goals
-    assert "ahead of auto-tune-sh on every scenario (regret AUC, paired) | a: ahead; b: ahead | yes |" in goals
+    assert ("ahead of auto-tune-sh on every scenario (within-2 % rate, paired; regret AUC in brackets) | "
+            "a: ahead (AUC: ahead); b: ahead (AUC: ahead) | yes |") in goals
     assert "| 0 autotune exports over the true OOM limit | 0 | yes |" in goals
 
 
