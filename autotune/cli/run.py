@@ -54,9 +54,9 @@ def run(
     validate_for_backend(sp)
     opts = RunOptions(out=out, study_name=study, trials=trials, workers=workers, seed=seed, address=address,
                       progress="none" if quiet else progress or "auto")
+    # Said at the start by the progress header (service.py) and here with the summary; never on
+    # stderr before the run, where a refusal must stand alone on its one line.
     note = budget_note(sp, trials or sp.study.trials)
-    if note:
-        typer.echo(f"note: {note}", err=True)
     summary = run_study(sp, space, opts)
     typer.echo(
         f"study {summary.study}: {summary.n_complete} complete, {summary.n_failed} failed, "
