@@ -164,10 +164,13 @@ def race(final: Sequence[ConfigEvidence], recs: Sequence[TrialRecord], space: Se
     pessimistic end of the ranked metric's 95 % interval, as the export ranks) and the
     finalists whose optimistic end still reaches past it are the contenders: the one with the
     fewest runs goes again (the leader on a tie), until no finalist overlaps the leader (the
-    intervals separate: the remaining budget is not spent) or the budget is."""
+    intervals separate: the remaining budget is not spent) or the budget is. A lone finalist
+    gets the whole budget."""
     for f in final:
         if repeats_of[f.first.number] == 0:
             return f
+    if len(final) == 1:  # no race to decide: the budget tightens the one finalist's interval
+        return final[0]
     rank = Ranking.for_space(space)
     keys = {config_key(f.flags) for f in final}
     now = {config_key(c.flags): c for c in summarize(recs, space).configs if config_key(c.flags) in keys}
