@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autotune.study.record import State, TrialRecord
+from autotune.study.stats import pooled_log_sd
 
 # Latency metrics fitted and their log-space spread per measurement before a study has
 # repeats to measure it (latency_spread): the simulator's per-start speed noise (about 3 %,
@@ -54,14 +55,8 @@ def latency_spread(recs: Sequence[TrialRecord]) -> dict[str, float]:
             groups.setdefault(repr(sorted(r.flags.items())), []).append(m)
     out = {}
     for k, assumed in LATENCY_SPREAD.items():
-        ss, df = 0.0, 0
-        for runs in groups.values():
-            logs = [math.log(m[k]) for m in runs if k in m]
-            if len(logs) > 1:
-                mean = sum(logs) / len(logs)
-                ss += sum((v - mean) ** 2 for v in logs)
-                df += len(logs) - 1
-        out[k] = max(math.sqrt(ss / df), MIN_SPREAD) if df >= SPREAD_DF else assumed
+        sd, df = pooled_log_sd([[m[k] for m in runs if k in m] for runs in groups.values()])
+        out[k] = max(sd, MIN_SPREAD) if df >= SPREAD_DF else assumed
     return out
 
 

@@ -67,14 +67,6 @@ def search_quota(target: int, confirm: ConfirmSection) -> int:
     return target - confirm_trials(target, confirm)
 
 
-def repeats(n_finalists: int, confirm: ConfirmSection, target: int) -> list[int]:
-    """Repeats per finalist: the confirmation budget (``confirm_trials``) shared out among
-    the finalists there are, the best first, so the study's total holds (an even split: what
-racing, ``race``, starts from; the experiments use it to size a confirmation)."""
-    base, extra = divmod(confirm_trials(target, confirm), n_finalists)
-    return [base + (i < extra) for i in range(n_finalists)]
-
-
 def warm_start_references(target: int, references: int) -> int:
     """References the warm start measures in a budget of ``target`` (the baseline always):
     together at most a quarter of the budget, in the space's order."""

@@ -28,6 +28,7 @@ import numpy as np
 
 from autotune.space import SearchSpace
 from autotune.space.schema import ParamSpec
+from autotune.study.stats import pooled_log_sd
 
 DEFAULT_RUN_SD = 0.05  # log spread of one run before the study has repeats to measure it
 LENGTHS = (0.15, 0.25, 0.4, 0.6, 1.0)  # kernel lengths tried, in normalised param units
@@ -114,11 +115,5 @@ def _solve(chol: np.ndarray, y: np.ndarray) -> np.ndarray:
 def run_log_sd(groups: Sequence[Sequence[float]]) -> float:
     """The log spread of one run, pooled over configs measured more than once
     (``DEFAULT_RUN_SD`` when none is)."""
-    ss, df = 0.0, 0
-    for g in groups:
-        logs = [math.log(v) for v in g if v > 0]
-        if len(logs) > 1:
-            m = sum(logs) / len(logs)
-            ss += sum((v - m) ** 2 for v in logs)
-            df += len(logs) - 1
-    return math.sqrt(ss / df) if df else DEFAULT_RUN_SD
+    sd, df = pooled_log_sd(groups)
+    return sd if df else DEFAULT_RUN_SD

@@ -171,6 +171,19 @@ def pooled_relative_sd(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
     return (math.sqrt(ss / df), df) if df else (math.nan, 0)
 
 
+def pooled_log_sd(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """(pooled standard deviation of the logs, its degrees of freedom) over groups of one
+    config's positive measurements: one run's multiplicative spread; (NaN, 0) with no repeats."""
+    ss, df = 0.0, 0
+    for g in groups:
+        logs = [math.log(v) for v in g if v > 0]
+        if len(logs) > 1:
+            m = sum(logs) / len(logs)
+            ss += sum((v - m) ** 2 for v in logs)
+            df += len(logs) - 1
+    return (math.sqrt(ss / df), df) if df else (math.nan, 0)
+
+
 def mean_interval(values: Sequence[float], rel_sd: float = math.nan, df: int = 0,
                   level: float = LEVEL) -> Interval:
     """Two-sided ``level`` Student-t interval of the mean of ``values``, with the relative
