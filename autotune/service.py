@@ -34,7 +34,7 @@ from autotune.study.opening import open_study
 from autotune.study.pareto import pareto_numbers
 from autotune.study.progress import MODES, Progress
 from autotune.study.record import records
-from autotune.study.storage import check_url, expand_url, open_storage
+from autotune.study.storage import check_url, expand_url, storage_from_url
 from autotune.study.trial_files import TrialFiles
 from autotune.tracking.callback import MlflowLogger
 from autotune.workers.cluster import ClusterInfo, connect, disconnect, plan_workers
@@ -149,7 +149,8 @@ def _run_locked(space: SearchSpace, space_path: Path, opts: RunOptions, name: st
     mlflow_uri = space.study.mlflow_tracking_uri
     mlflow_uri = expand_url(mlflow_uri, "study.mlflow_tracking_uri") if mlflow_uri else run_dir.mlflow_url
     target = opts.trials or space.study.trials
-    opened = open_study(space, name, open_storage(storage_url), search_sampler(space, seed), target=target)
+    storage = storage_from_url(storage_url)
+    opened = open_study(space, name, storage, search_sampler(space, seed), target=target)
     if opened.first_open:
         run_dir.space_copy.write_text(yaml.safe_dump(_masked_space(space, space_path), sort_keys=False))
     note = budget_note(space, target)  # said at the start (here and by `run`), in status and the export header
@@ -166,7 +167,7 @@ def _run_locked(space: SearchSpace, space_path: Path, opts: RunOptions, name: st
     pool = WorkerPool(space.engine.backend, n_workers, g, c, _backend_kwargs(space, opts))
     loop = TrialLoop(
         opened.study, space, pool,
-        target=target, seed=seed, callbacks=callbacks, stale_after_s=opts.stale_after_s,
+        target=target, seed=seed, callbacks=callbacks, stale_after_s=opts.stale_after_s, storage=storage,
         secrets=secret_values(space.engine.env, [space.study.storage, space.study.mlflow_tracking_uri,
                                                  storage_url, mlflow_uri]),
     )

@@ -10,7 +10,7 @@ import optuna
 from autotune.errors import UserError
 from autotune.rundir import RunDir
 from autotune.space.loader import read_yaml
-from autotune.study.storage import check_sqlite_file, expand_url, open_storage, sqlite_path
+from autotune.study.storage import check_sqlite_file, expand_url, sqlite_path, storage_from_url
 
 
 def find_run_dir(out: Path | None) -> RunDir:
@@ -64,7 +64,7 @@ def open_study(run_dir: RunDir, study: str | None, storage: str | None) -> optun
     if db is not None and not sqlite_study_ready(db):
         raise UserError(f"{run_dir.root}: the storage holds no study yet (a run may still be creating it); "
                         "try again in a moment")
-    st = open_storage(url)
+    st = storage_from_url(url)
     names = [s.study_name for s in optuna.get_all_study_summaries(st, include_best_trial=False)]
     name = study or (saved.get("study") or {}).get("name")
     if name is None:

@@ -35,7 +35,7 @@ from autotune.study.pareto import FrontCache
 from autotune.study.pool import FinishedTrial, WorkerPool
 from autotune.study.proposal import propose, server_spec, trial_request
 from autotune.study.pruning import StartupPredictor
-from autotune.study.record import Role, State, TrialRecord, enqueue_attrs, records
+from autotune.study.record import Role, State, TrialRecord, enqueue_attrs, records, stored_trial
 from autotune.study.recovery import Coordinator, fail_and_requeue
 from autotune.study.storage import with_retries
 from autotune.study.strategy import RunSpread
@@ -56,10 +56,13 @@ class TrialLoop:
     ``secrets`` are scrubbed from each result (failure reason, evidence, server log) as it
     arrives, before any callback or Optuna sees it. ``stale_after_s``: how long another
     driver sharing the study may go without a heartbeat before its trials are taken over.
+    ``storage``: the one the study was opened on, through which the trials of drivers that
+    died are failed with their reason (a Study exposes no public handle on it).
     """
 
     def __init__(self, study: optuna.Study, space: SearchSpace, pool: WorkerPool, *, target: int, seed: int,
-                 callbacks: Sequence[Callback] = (), secrets: Sequence[str] = (), stale_after_s: float = 120.0) -> None:
+                 callbacks: Sequence[Callback] = (), secrets: Sequence[str] = (), stale_after_s: float = 120.0,
+                 storage: optuna.storages.BaseStorage | None = None) -> None:
         self.study = study
         self.space = space
         self.pool = pool
@@ -68,7 +71,7 @@ class TrialLoop:
         self.seed = seed
         self.callbacks = list(callbacks)
         self.secrets = list(secrets)
-        self.coordinator = Coordinator(study, stale_after_s)
+        self.coordinator = Coordinator(study, stale_after_s, storage=storage)
         self.front = FrontCache(study)
         self.spread = RunSpread.of(study)  # p99's run-to-run spread, for the early-stop margin
         self.tally = Tally()
@@ -232,10 +235,10 @@ class TrialLoop:
 
     def _fail(self, trial: optuna.Trial, record: TrialRecord, reason: str) -> None:
         """The worker died under the trial: nothing was measured; run the config again."""
-        frozen = self.study._storage.get_trial(trial._trial_id)
-        if fail_and_requeue(self.study, frozen, scrub(reason, self.secrets)):
+        frozen = stored_trial(self.study, trial.number)
+        if fail_and_requeue(self.study, frozen, scrub(reason, self.secrets), live=trial):
             self.tally.failed += 1
-        self._end(TrialRecord.from_frozen(self.study._storage.get_trial(trial._trial_id)), None)
+        self._end(TrialRecord.from_frozen(stored_trial(self.study, trial.number)), None)
 
     def _settle(self, trial: optuna.Trial, record: TrialRecord) -> None:
         """What Optuna will rank (values, constraints) and the record's attributes, stored

@@ -17,7 +17,7 @@ from autotune.space import SearchSpace
 from autotune.study import seeding, strategy
 from autotune.study.params import check_constraints, suggest_params
 from autotune.study.pruning import StartupPredictor
-from autotune.study.record import State, TrialRecord
+from autotune.study.record import State, TrialRecord, stored_trial
 from autotune.study.recovery import RERUN_OF_LAUNCHED_ATTR
 
 
@@ -45,7 +45,7 @@ def propose(trial: optuna.Trial, space: SearchSpace, predictor: StartupPredictor
 
 
 def _frozen(trial: optuna.Trial) -> optuna.trial.FrozenTrial:
-    return trial.study._storage.get_trial(trial._trial_id)
+    return stored_trial(trial.study, trial.number)
 
 
 def server_spec(space: SearchSpace) -> ServerSpec:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+import optuna
 from optuna.trial import FrozenTrial
 from optuna.trial import TrialState as OptunaState
 
@@ -215,3 +216,15 @@ def _role(stored: Any, reference: str) -> Role:
 
 def records(trials: list[FrozenTrial]) -> list[TrialRecord]:
     return [TrialRecord.from_frozen(t) for t in trials]
+
+
+def stored_trial(study: optuna.Study, number: int) -> FrozenTrial:
+    """Trial ``number`` as stored, through Optuna's public API (a Study exposes no storage).
+
+    Optuna numbers a study's trials 0, 1, ... in the order it stores them, so the number is
+    the trial's index; the scan is the safety net should that ever change.
+    """
+    trials = study.get_trials(deepcopy=False)
+    if number < len(trials) and trials[number].number == number:
+        return trials[number]
+    return next(t for t in trials if t.number == number)

@@ -52,7 +52,8 @@ class DriverId:
 
 
 def beat(study: optuna.Study, me: DriverId) -> None:
-    study._storage.set_study_system_attr(study._study_id, HEARTBEAT_PREFIX + str(me), time.time())
+    # A study user attribute: Optuna's public API writes no study system attributes.
+    study.set_user_attr(HEARTBEAT_PREFIX + str(me), time.time())
 
 
 def _pid_alive(pid: int) -> bool:
@@ -84,8 +85,19 @@ def driver_gone(owner: str | None, heartbeats: dict[str, float], stale_after_s: 
 
 def heartbeats(study: optuna.Study) -> dict[str, float]:
     """Driver id -> time of its last heartbeat, for every driver that ever ran the study."""
-    sys_attrs = study._storage.get_study_system_attrs(study._study_id)
-    return {k.removeprefix(HEARTBEAT_PREFIX): v for k, v in sys_attrs.items() if k.startswith(HEARTBEAT_PREFIX)}
+    attrs = study.user_attrs
+    return {k.removeprefix(HEARTBEAT_PREFIX): v for k, v in attrs.items() if k.startswith(HEARTBEAT_PREFIX)}
+
+
+def claim(trial: optuna.Trial, me: DriverId) -> None:
+    """Record ``me`` as the owner of ``trial``, which it just asked."""
+    trial.set_user_attr(DRIVER_ATTR, str(me))
+
+
+def owner_of(t: FrozenTrial) -> str | None:
+    """The driver that asked ``t``. Studies stored before ownership moved to user attributes
+    (Optuna's public API writes no trial system attributes) hold it among the system ones."""
+    return t.user_attrs.get(DRIVER_ATTR) or t.system_attrs.get(DRIVER_ATTR)
 
 
 def is_mine_or_orphaned(trial: FrozenTrial, me: DriverId, beats: dict[str, float], stale_after_s: float,
@@ -95,14 +107,21 @@ def is_mine_or_orphaned(trial: FrozenTrial, me: DriverId, beats: dict[str, float
     Drivers sharing a study must not log each other's trials: the owner logs its own, and
     a second logger would make two MLflow child runs for one trial.
     """
-    owner = trial.system_attrs.get(DRIVER_ATTR)
+    owner = owner_of(trial)
     if owner == str(me):
         return True
     return driver_gone(owner, beats, stale_after_s, time.time() if now is None else now)
 
 
-def fail_and_requeue(study: optuna.Study, t: FrozenTrial, reason: str) -> bool:
+def fail_and_requeue(study: optuna.Study, t: FrozenTrial, reason: str, live: optuna.Trial | None = None,
+                     storage: optuna.storages.BaseStorage | None = None) -> bool:
     """Fail the RUNNING trial ``t`` with ``reason`` and enqueue its config again.
+
+    The failure's attributes (class, reason) are written through ``live``, the
+    :class:`optuna.Trial` this driver asked as ``t`` when it is its own, or else through
+    ``storage``, the one the study was opened on (a Study exposes no public handle on its
+    storage, and an orphan has no live Trial). With neither, the trial is failed by number
+    and keeps only the class :data:`PROCESS_DIED`, the default of a FAIL trial without them.
 
     Returns False, doing nothing, when another driver finished or failed it first. Failing
     comes first because only one driver can fail a trial (a second gets
@@ -114,16 +133,28 @@ def fail_and_requeue(study: optuna.Study, t: FrozenTrial, reason: str) -> bool:
     launched = was_launched(t)  # read before the failure's attributes overwrite its role
     record = TrialRecord.from_frozen(t)
     record.state, record.failure_class, record.failure_reason = State.FAILED, PROCESS_DIED, reason
-    storage = study._storage
     try:
         # Attributes first: a finished trial can no longer be updated.
-        for k, v in record.changed_attrs(t.user_attrs).items():
-            storage.set_trial_user_attr(t._trial_id, k, v)
-        storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-    except RuntimeError:
-        return False  # another driver finished or failed it first (UpdateFinishedTrialError)
+        _write_attrs(study, t, record.changed_attrs(t.user_attrs), live, storage)
+        study.tell(live if live is not None else t.number, state=TrialState.FAIL)
+    except (RuntimeError, ValueError):
+        # Another driver finished or failed it first: UpdateFinishedTrialError from the
+        # storage, or tell's ValueError when it reads the trial already finished.
+        return False
     _requeue(study, record, launched)
     return True
+
+
+def _write_attrs(study: optuna.Study, t: FrozenTrial, attrs: dict, live: optuna.Trial | None,
+                 storage: optuna.storages.BaseStorage | None) -> None:
+    if live is not None:
+        for k, v in attrs.items():
+            live.set_user_attr(k, v)
+    elif storage is not None:
+        trial_id = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study.study_name),
+                                                                   t.number)
+        for k, v in attrs.items():
+            storage.set_trial_user_attr(trial_id, k, v)
 
 
 def was_launched(t: FrozenTrial) -> bool:
@@ -144,11 +175,13 @@ def _requeue(study: optuna.Study, failed: TrialRecord, launched: bool) -> None:
     study.enqueue_trial(failed.params, user_attrs=attrs)
 
 
-def recover_orphans(study: optuna.Study, me: DriverId, stale_after_s: float = 120.0) -> list[int]:
+def recover_orphans(study: optuna.Study, me: DriverId, stale_after_s: float = 120.0,
+                    storage: optuna.storages.BaseStorage | None = None) -> list[int]:
     """Fail RUNNING trials whose driver is gone and enqueue their configs again.
 
     Returns the numbers of the failed trials. Also heals a FAIL trial whose driver died
-    between failing and re-enqueueing it.
+    between failing and re-enqueueing it. ``storage``: the study's, through which each
+    failed trial gets its reason (see :func:`fail_and_requeue`).
     """
     beats = heartbeats(study)
     now = time.time()
@@ -156,14 +189,14 @@ def recover_orphans(study: optuna.Study, me: DriverId, stale_after_s: float = 12
     requeued = {TrialRecord.from_frozen(t).requeued_from for t in trials}
     failed = []
     for t in trials:
-        owner = t.system_attrs.get(DRIVER_ATTR)
+        owner = owner_of(t)
         if t.state == TrialState.FAIL and t.number not in requeued and is_mine_or_orphaned(t, me, beats, stale_after_s, now):
             # Failed by a driver that died before re-enqueueing it.
             _requeue(study, TrialRecord.from_frozen(t), was_launched(t))
             continue
         if t.state != TrialState.RUNNING or owner == str(me) or not driver_gone(owner, beats, stale_after_s, now):
             continue
-        if fail_and_requeue(study, t, f"driver {owner} died while the trial ran"):
+        if fail_and_requeue(study, t, f"driver {owner} died while the trial ran", storage=storage):
             failed.append(t.number)
     return failed
 
@@ -186,8 +219,10 @@ class Coordinator:
     from storage, so that drivers sharing a study stop at the same total.
     """
 
-    def __init__(self, study: optuna.Study, stale_after_s: float = 120.0, beat_every_s: float = 5.0) -> None:
+    def __init__(self, study: optuna.Study, stale_after_s: float = 120.0, beat_every_s: float = 5.0,
+                 storage: optuna.storages.BaseStorage | None = None) -> None:
         self.study = study
+        self.storage = storage  # the study's, so that orphans it fails keep their reason
         self.me = DriverId.mine()
         self.stale_after_s = stale_after_s
         self.beat_every_s = beat_every_s
@@ -195,10 +230,10 @@ class Coordinator:
 
     def claim(self, trial: optuna.Trial) -> None:
         """Record this driver as the owner of a trial it just asked."""
-        self.study._storage.set_trial_system_attr(trial._trial_id, DRIVER_ATTR, str(self.me))
+        claim(trial, self.me)
 
     def recover(self) -> list[int]:
-        return with_retries(lambda: recover_orphans(self.study, self.me, self.stale_after_s), "recover")
+        return with_retries(lambda: recover_orphans(self.study, self.me, self.stale_after_s, self.storage), "recover")
 
     def beat_due(self) -> bool:
         return time.time() - self._last_beat > self.beat_every_s
@@ -221,7 +256,7 @@ class Coordinator:
                 c.rejected += 1
             elif s == State.FAILED:
                 c.failed += 1
-            elif s == State.RUNNING and t.system_attrs.get(DRIVER_ATTR) != mine:
+            elif s == State.RUNNING and owner_of(t) != mine:
                 c.running_elsewhere += 1
         return c
 

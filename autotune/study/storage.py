@@ -131,7 +131,9 @@ class RetryingRDBStorage(optuna.storages.RDBStorage):
 
 
 # Methods that talk to the database: BaseStorage's public ones (but set_trial_state_values,
-# which retries itself above) and the private ones Optuna's _CachedStorage calls directly.
+# which retries itself above) and the private ones Optuna's cache layer calls on its backend
+# directly: autotune never calls those itself; it only keeps them under the retries, and
+# tests/architecture/test_optuna_public_api.py fails if a release renames one.
 _RETRIED = (
     frozenset(
         name
@@ -155,7 +157,7 @@ def check_url(url: str) -> None:
     """Fail with one line, before anything is written, if ``url`` cannot be a storage.
 
     Checks the URL's syntax and that its database driver is installed; reaching the
-    server is left to ``open_storage``.
+    server is left to ``storage_from_url``.
     """
     from sqlalchemy.engine import make_url
 
@@ -211,7 +213,7 @@ def _not_optuna_db(db: Path, reason: str) -> UserError:
                      "a backup) and run again; nothing was written to it")
 
 
-def open_storage(url: str, retries: int = 5) -> optuna.storages.RDBStorage:
+def storage_from_url(url: str, retries: int = 5) -> optuna.storages.RDBStorage:
     """Open (and on first use, create) an Optuna RDB storage; one line on failure."""
     check_url(url)
     if (db := sqlite_path(url)) is not None:
@@ -240,7 +242,7 @@ def with_retries(fn: Callable[[], T], what: str, retries: int = 8) -> T:
     """Run a storage operation, retrying transient database errors (a restart, a dropped link).
 
     Only operations that are safe to repeat go through here; Optuna's tell is, with
-    ``skip_if_finished``. Storages from ``open_storage`` already retry each call; this
+    ``skip_if_finished``. Storages from ``storage_from_url`` already retry each call; this
     outer loop covers multi-call operations (ask) and storages opened elsewhere.
     """
     for attempt in range(retries):

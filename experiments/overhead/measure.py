@@ -61,7 +61,7 @@ from autotune.study.opening import open_study  # noqa: E402
 from autotune.study.pool import FinishedTrial, WorkerPool  # noqa: E402
 from autotune.study.record import State, TrialRecord  # noqa: E402
 from autotune.study.samplers import make_sampler  # noqa: E402
-from autotune.study.storage import open_storage  # noqa: E402
+from autotune.study.storage import storage_from_url  # noqa: E402
 from autotune.study.trial_files import TrialFiles  # noqa: E402
 from autotune.tracking.callback import MlflowLogger  # noqa: E402
 from autotune.workers.pool import WorkerPool as RayWorkerPool  # noqa: E402
@@ -196,7 +196,7 @@ def run(space: SearchSpace, run_dir: RunDir, workers: int, timeline: Timeline) -
     """`autotune run`'s assembly (autotune/service.py), with the timing seams in place."""
     run_dir.ensure()
     seed = space.study.seed
-    study = open_study(space, space.study.name or "overhead", open_storage(run_dir.optuna_url),
+    study = open_study(space, space.study.name or "overhead", storage_from_url(run_dir.optuna_url),
                        make_sampler(space.study.sampler, space, seed)).study
     pool = TimedPool(RayWorkerPool(space.engine.backend, workers, space.cluster.gpus_per_worker,
                                    space.cluster.cpus_per_worker), timeline)

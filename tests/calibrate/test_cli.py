@@ -16,7 +16,7 @@ from autotune.rundir import RunDir
 from autotune.space.loader import parse_space
 from autotune.study.opening import open_study
 from autotune.study.samplers import make_sampler
-from autotune.study.storage import open_storage
+from autotune.study.storage import storage_from_url
 from tests.calibrate.conftest import qwen_space, run_against
 from tests.conftest import run_cli
 
@@ -25,7 +25,7 @@ def make_run_dir(path, trials: int) -> RunDir:
     run_dir = RunDir(path).ensure()
     space = qwen_space(num_requests=300)
     run_dir.space_copy.write_text(yaml.safe_dump(space.model_dump(mode="json"), sort_keys=False))
-    storage = open_storage(run_dir.optuna_url)
+    storage = storage_from_url(run_dir.optuna_url)
     if trials:
         run_against(space, NOMINAL.perturbed(1), trials=trials, storage=storage, name="qwen72b")
     else:

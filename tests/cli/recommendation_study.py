@@ -16,7 +16,7 @@ from optuna.distributions import IntDistribution
 
 from autotune.rundir import RunDir
 from autotune.study.record import BASELINE_NAME, Role, State, TrialRecord
-from autotune.study.storage import open_storage
+from autotune.study.storage import storage_from_url
 
 STUDY = "lucky"
 SPACE = {
@@ -49,7 +49,7 @@ def lucky_study(root: Path) -> RunDir:
     rd = RunDir(root).ensure()
     rd.space_copy.write_text(yaml.safe_dump(SPACE, sort_keys=False))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(storage=open_storage(rd.optuna_url), study_name=STUDY,
+    study = optuna.create_study(storage=storage_from_url(rd.optuna_url), study_name=STUDY,
                                 directions=["minimize", "minimize"])
     _add(study, 26.69, 256, Role.BASELINE, reference=BASELINE_NAME)  # 0: vLLM's defaults
     _add(study, 0.0, 512, Role.REFERENCE, reference="field-report-tuned", started=False,

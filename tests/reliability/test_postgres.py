@@ -16,7 +16,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.security import mask_url
-from autotune.study.storage import RetryingRDBStorage, is_transient, open_storage
+from autotune.study.storage import RetryingRDBStorage, is_transient, storage_from_url
 from tests.reliability.conftest import (
     child_env,
     complete_values,
@@ -35,20 +35,20 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
 def test_storage_on_postgres_round_trips(pg_url):
-    st = open_storage(pg_url)
+    st = storage_from_url(pg_url)
     assert isinstance(st, RetryingRDBStorage)
     name = unique_name("pg_roundtrip")
     study = optuna.create_study(storage=st, study_name=name, directions=["minimize", "minimize"])
     t = study.ask()
     t.suggest_int("max_num_seqs", 8, 64)
     study.tell(t, [1.0, 2.0])
-    again = optuna.load_study(study_name=name, storage=open_storage(pg_url))
+    again = optuna.load_study(study_name=name, storage=storage_from_url(pg_url))
     assert [x.values for x in again.trials] == [[1.0, 2.0]]
 
 
 def test_storage_calls_survive_a_restart(pg_url):
     """Direct storage calls during a restart block and then succeed; none is lost."""
-    st = open_storage(pg_url)
+    st = storage_from_url(pg_url)
     name = unique_name("pg_restart_calls")
     study = optuna.create_study(storage=st, study_name=name, directions=["minimize"])
     errors: list[BaseException] = []
@@ -96,7 +96,7 @@ def test_unreachable_server_is_one_line_without_password(pg_url):
 
     url = pg_url.rsplit(":", 1)[0] + ":1/autotune"  # same credentials, a port nothing listens on
     with pytest.raises(UserError) as e:
-        open_storage(url, retries=2)
+        storage_from_url(url, retries=2)
     msg = str(e.value)
     assert "unreachable" in msg and "\n" not in msg
     password = pg_url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]

@@ -9,14 +9,17 @@ from optuna.trial import TrialState
 
 from autotune.study.record import TrialRecord
 from autotune.study.recovery import DRIVER_ATTR, DriverId, recover_orphans
-from autotune.study.storage import open_storage
+from autotune.study.storage import storage_from_url
 
 DEAD = f"{socket.gethostname()}:999999:deadbeef"  # same host, a pid that cannot exist
 
 
 def _study(tmp_path) -> optuna.Study:
-    return optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'o.db'}"), study_name="s",
-                               directions=["minimize", "minimize"])
+    return optuna.create_study(storage=_storage_at(tmp_path), study_name="s", directions=["minimize", "minimize"])
+
+
+def _storage_at(tmp_path) -> optuna.storages.BaseStorage:
+    return storage_from_url(f"sqlite:///{tmp_path / 'o.db'}")
 
 
 def _reruns(study: optuna.Study, number: int) -> list:
@@ -27,9 +30,9 @@ def test_running_trial_of_dead_driver_is_failed_and_requeued_once(tmp_path):
     study = _study(tmp_path)
     t = study.ask()
     t.suggest_int("max_num_seqs", 8, 64)
-    study._storage.set_trial_system_attr(t._trial_id, DRIVER_ATTR, DEAD)
+    t.set_user_attr(DRIVER_ATTR, DEAD)
     me = DriverId.mine()
-    assert recover_orphans(study, me) == [t.number]
+    assert recover_orphans(study, me, storage=_storage_at(tmp_path)) == [t.number]
     assert study.trials[t.number].state == TrialState.FAIL
     assert "died" in study.trials[t.number].user_attrs["failure_reason"]
     assert recover_orphans(study, me) == []  # idempotent: a second recovery adds nothing
@@ -41,7 +44,7 @@ def test_trial_killed_before_its_suggestions_reruns_what_it_was_enqueued_with(tm
     study = _study(tmp_path)
     study.enqueue_trial({"max_num_seqs": 48}, user_attrs={"role": "baseline"})
     t = study.ask()  # popped from the queue, killed before suggest_*: no params yet
-    study._storage.set_trial_system_attr(t._trial_id, DRIVER_ATTR, DEAD)
+    t.set_user_attr(DRIVER_ATTR, DEAD)
     assert study.trials[t.number].params == {}
     assert TrialRecord.from_frozen(study.trials[t.number]).params == {"max_num_seqs": 48}  # what a re-run measures
     recover_orphans(study, DriverId.mine())
@@ -54,7 +57,7 @@ def test_failed_but_never_requeued_trial_is_requeued(tmp_path):
     study = _study(tmp_path)
     t = study.ask()
     t.suggest_int("max_num_seqs", 8, 64)
-    study._storage.set_trial_system_attr(t._trial_id, DRIVER_ATTR, DEAD)
+    t.set_user_attr(DRIVER_ATTR, DEAD)
     study.tell(t, state=TrialState.FAIL)
     recover_orphans(study, DriverId.mine())
     assert len(_reruns(study, t.number)) == 1
@@ -66,7 +69,7 @@ def test_live_drivers_trials_are_left_alone(tmp_path):
     study = _study(tmp_path)
     other = DriverId.mine()  # this process is alive: its trials are not orphans
     t = study.ask()
-    study._storage.set_trial_system_attr(t._trial_id, DRIVER_ATTR, str(other))
+    t.set_user_attr(DRIVER_ATTR, str(other))
     from autotune.study.recovery import beat
 
     beat(study, other)

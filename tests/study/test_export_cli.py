@@ -18,7 +18,7 @@ from autotune.space import load_space
 from autotune.study.driver import TrialLoop
 from autotune.study.opening import open_study
 from autotune.study.samplers import make_sampler
-from autotune.study.storage import open_storage
+from autotune.study.storage import storage_from_url
 from tests.conftest import REPO, run_cli
 from tests.study.test_confirm import two_workers
 
@@ -34,7 +34,7 @@ def _confirmed_run_dir(tmp_path) -> RunDir:
     space = load_space(path)
     rd = RunDir(tmp_path / "run").ensure()
     rd.space_copy.write_text(yaml.safe_dump(space.model_dump(mode="json"), sort_keys=False))
-    study = open_study(space, "cli", open_storage(rd.optuna_url), make_sampler("autotune", space, 1)).study
+    study = open_study(space, "cli", storage_from_url(rd.optuna_url), make_sampler("autotune", space, 1)).study
     TrialLoop(study, space, two_workers(run=SimBackend().run_trial), target=12, seed=1).run()
     return rd
 

@@ -15,7 +15,7 @@ import pytest
 from autotune.study.driver import _store
 from autotune.study.proposal import propose
 from autotune.study.pruning import StartupPredictor
-from autotune.study.record import Role
+from autotune.study.record import Role, stored_trial
 from autotune.study.recovery import DRIVER_ATTR, DriverId, fail_and_requeue, recover_orphans
 from experiments.search import common as C
 
@@ -40,12 +40,12 @@ def _interrupted(study: optuna.Study, sp, launched: bool) -> optuna.trial.Frozen
     """A RUNNING trial of CONFIG whose driver died: let through to launch, or killed before."""
     study.enqueue_trial(CONFIG)
     trial = study.ask()
-    study._storage.set_trial_system_attr(trial._trial_id, DRIVER_ATTR, DEAD)
+    trial.set_user_attr(DRIVER_ATTR, DEAD)
     p = propose(trial, sp, None)  # no model then: the config was let through
     assert not p.reject_reason
     if launched:
         _store(trial, p.record)  # what the loop stores just before dispatching a trial
-    return study._storage.get_trial(trial._trial_id)
+    return stored_trial(study, trial.number)
 
 
 def _rerun(study: optuna.Study, sp, predictor: StartupPredictor):

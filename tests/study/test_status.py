@@ -10,7 +10,7 @@ from optuna.distributions import FloatDistribution, IntDistribution
 
 from autotune.rundir import RunDir
 from autotune.study.record import Role, State, TrialRecord
-from autotune.study.storage import open_storage
+from autotune.study.storage import storage_from_url
 from tests.conftest import run_cli
 
 SAMPLED = {"gpu_memory_utilization": 0.9199999999999999, "max_num_batched_tokens": 2048}
@@ -23,7 +23,7 @@ def _run_dir(tmp_path) -> RunDir:
     space = {"study": {"name": "st"}, "objectives": [{"metric": "oom_per_1k"}, {"metric": "p99_e2e_s"}],
              "params": {"gpu_memory_utilization": {}, "max_num_batched_tokens": {}}}
     rd.space_copy.write_text(yaml.safe_dump(space))
-    study = optuna.create_study(storage=open_storage(rd.optuna_url), study_name="st",
+    study = optuna.create_study(storage=storage_from_url(rd.optuna_url), study_name="st",
                                 directions=["minimize", "minimize"])
     r = TrialRecord(0, State.COMPLETE, Role.SEARCH, params=SAMPLED, flags=RAN,
                     metrics={"oom_per_1k": 0.0, "p99_e2e_s": 27.123456789}, values=[0.0, 27.123456789])

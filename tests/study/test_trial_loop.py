@@ -24,7 +24,7 @@ from autotune.study.opening import open_study
 from autotune.study.proposal import server_spec
 from autotune.study.record import Role, State, TrialRecord
 from autotune.study.samplers import make_sampler
-from autotune.study.storage import open_storage
+from autotune.study.storage import storage_from_url
 from tests.fakes.pools import InlinePool
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -208,7 +208,7 @@ def test_relative_engine_paths_become_absolute_without_following_symlinks(tmp_pa
 
 
 def test_record_round_trips_through_optuna(tmp_path):
-    storage = open_storage(f"sqlite:///{tmp_path / 'o.db'}")
+    storage = storage_from_url(f"sqlite:///{tmp_path / 'o.db'}")
     study = optuna.create_study(storage=storage, study_name="rt", directions=["minimize", "minimize"])
     r = TrialRecord(0, State.COMPLETE, Role.REFERENCE, "field-report", params={"max_num_seqs": 64},
                     flags={"max_num_seqs": 64, "max_model_len": 4096}, failure_class="runtime_oom",
