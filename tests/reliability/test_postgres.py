@@ -16,6 +16,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.security import mask_url
+from autotune.study.recovery import owner_of
 from autotune.study.storage import RetryingRDBStorage, is_transient, storage_from_url
 from tests.reliability.conftest import (
     child_env,
@@ -143,7 +144,7 @@ def test_two_drivers_share_one_study(ray_cluster, pg_url, pg_mlflow_url, tmp_pat
     # on the other driver may finish after that, so the total can exceed it by at most
     # the other driver's worker count (1 here).
     assert target <= len(launched) <= target + 1
-    owners = Counter(t.system_attrs.get("autotune.driver", "").split(":")[1] for t in launched)
+    owners = Counter((owner_of(t) or "").split(":")[1] for t in launched)
     assert len(owners) == 2, f"both drivers must have run trials: {owners}"
     # No config measured twice by accident: only the warm-start baseline is enqueued and it ran once.
     assert sum(1 for t in launched if t.user_attrs.get("role") == "baseline") == 1
