@@ -29,7 +29,7 @@ class Proposal:
 
 def propose(trial: optuna.Trial, space: SearchSpace, predictor: StartupPredictor | None) -> Proposal:
     """Suggest the space's params on ``trial`` and decide whether the config may launch."""
-    frozen = _frozen(trial)
+    frozen = stored_trial(trial.study, trial.number)
     asked = TrialRecord.from_frozen(frozen)
     params = suggest_params(trial, space)
     flags = {**space.fixed_flags(), **seeding.reference_fixed_overrides(space, asked.reference), **params}
@@ -42,10 +42,6 @@ def propose(trial: optuna.Trial, space: SearchSpace, predictor: StartupPredictor
     record = TrialRecord(trial.number, State.RUNNING, asked.role, asked.reference, params=params, flags=flags,
                          requeued_from=asked.requeued_from, repeat_of=asked.repeat_of, started_at=asked.started_at)
     return Proposal(record, reason)
-
-
-def _frozen(trial: optuna.Trial) -> optuna.trial.FrozenTrial:
-    return stored_trial(trial.study, trial.number)
 
 
 def server_spec(space: SearchSpace) -> ServerSpec:
