@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from autotune.backend_kinds import is_simulated, needs_gpus
 from autotune.calibrate import search_sampler
 from autotune.errors import UserError, no_space_error
 from autotune.rundir import RunDir
@@ -254,7 +255,7 @@ def _backend_kwargs(space: SearchSpace, opts: RunOptions) -> dict[str, Any]:
     """The backend's constructor options. The sim backend runs the space's physics
     (``engine.sim_profile``, else nominal): in a sim study that profile plays reality."""
     kwargs = dict(opts.backend_kwargs)
-    if space.engine.backend == "sim":
+    if is_simulated(space.engine.backend):
         kwargs.setdefault("profile", space.engine.profile)
     return kwargs
 
@@ -273,7 +274,7 @@ def _preflight(space: SearchSpace, opts: RunOptions, seed: int) -> tuple[Cluster
     g, c = space.cluster.gpus_per_worker, space.cluster.cpus_per_worker
     requested = opts.workers or space.cluster.workers
     logical = None
-    if space.engine.backend in ("sim", "noop") and not opts.address and g > 0:
+    if not needs_gpus(space.engine.backend) and not opts.address and g > 0:
         logical = (requested or 2) * g  # the simulator runs on CPUs but keeps the GPU placement path
     info = connect(opts.address or space.cluster.address, logical_gpus=logical)
     try:

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from autotune.backend_kinds import BACKEND_KINDS, BACKEND_NAMES, backend_choices
 from autotune.cli.app import app
 from autotune.errors import UserError
 from autotune.rundir import RunDir, study_name_problem
@@ -17,7 +18,8 @@ from autotune.space import SearchSpace, load_space
 @app.command()
 def run(
     space: Annotated[Path, typer.Option("--space", help="search-space YAML")],
-    backend: Annotated[str | None, typer.Option(help="sim or vllm; overrides engine.backend")] = None,
+    backend: Annotated[str | None, typer.Option(
+        help=f"{', '.join(BACKEND_NAMES)}; overrides engine.backend")] = None,
     trials: Annotated[int | None, typer.Option(help="launched trials to reach (study.trials)")] = None,
     workers: Annotated[int | None, typer.Option(help="Ray workers (default: what the cluster holds)")] = None,
     study: Annotated[str | None, typer.Option(help="study name (default: study.name or the file's stem)")] = None,
@@ -43,8 +45,8 @@ def run(
         raise UserError(f"--workers {workers}: must be at least 1")
     sp = load_space(space)
     if backend is not None:
-        if backend not in ("sim", "vllm", "noop"):
-            raise UserError(f"--backend {backend!r}: use sim or vllm (or noop, which measures autotune's own overhead)")
+        if backend not in BACKEND_KINDS:
+            raise UserError(f"--backend {backend!r}: use {backend_choices()}")
         sp = sp.model_copy(update={"engine": sp.engine.model_copy(update={"backend": backend})})
     if sampler is not None:
         sp = sp.model_copy(update={"study": sp.study.model_copy(update={"sampler": sampler})})

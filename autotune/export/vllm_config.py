@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from autotune.backend_kinds import is_simulated
 from autotune.engine.flags import flags_to_cli_args
 from autotune.formatting import number
 
@@ -50,7 +51,7 @@ def header(study: str, trial: int, backend: str, metrics: dict[str, float], rule
     lines = [
         "# vLLM serving config exported by autotune",
         f"# study: {study}   trial: {trial}   backend: {backend}"
-        + ("   (SIMULATED figures, not a GPU measurement)" if backend == "sim" else ""),
+        + ("   (SIMULATED figures, not a GPU measurement)" if is_simulated(backend) else ""),
         f"# exported: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"# chosen by: {rule}",
         "# measured: " + ", ".join(f"{k}={number(v, 4)}" for k, v in metrics.items()),

@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from autotune.backend_kinds import BACKEND_KINDS, backend_choices
 from autotune.deploy import NOMINAL, SimProfile, VllmEnv
 from autotune.engine import FLAG_SPECS, is_unmodelled, unknown_flags, unmodelled_flags
 from autotune.errors import UserError
@@ -63,7 +64,7 @@ class _Strict(BaseModel):
 
 
 class EngineSection(_Strict):
-    backend: Literal["sim", "vllm", "noop"] = "sim"
+    backend: str = "sim"  # a name of autotune.backend_kinds (declared there once)
     model: str
     gpu: str = "A100-80GB"
     flags: dict[str, Scalar] = Field(default_factory=dict)
@@ -78,6 +79,13 @@ class EngineSection(_Strict):
     # space file; made absolute on load so a saved copy of the space still finds it.
     sim_profile: str | None = None
     _profile: SimProfile = PrivateAttr(default=NOMINAL)
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, v: str) -> str:
+        if v not in BACKEND_KINDS:
+            raise ValueError(f"unknown backend {v!r}; use {backend_choices()}")
+        return v
 
     @field_validator("flags")
     @classmethod

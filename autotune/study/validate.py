@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from autotune.backend_kinds import is_simulated
 from autotune.deploy import known_gpus, resolve_model
 from autotune.errors import UserError
 from autotune.space import SearchSpace, unmodelled_flag_error
 
 
 def validate_for_backend(space: SearchSpace) -> None:
-    if space.engine.backend != "sim":
+    if not is_simulated(space.engine.backend):
         return
     if space.engine.gpu not in known_gpus():
         raise UserError(f"engine.gpu {space.engine.gpu!r}: unknown to the simulator; use one of {', '.join(known_gpus())}")

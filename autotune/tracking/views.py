@@ -25,6 +25,7 @@ import json
 import urllib.parse
 from typing import Any
 
+from autotune.backend_kinds import is_simulated
 from autotune.space import SearchSpace
 from autotune.tracking.naming import abbreviations, for_people
 
@@ -114,7 +115,7 @@ def description(space: SearchSpace, study: str, experiment_id: str) -> str:
     """The experiment's description (markdown): what was tuned, the space, the objectives,
     and how to compare the trials."""
     e = space.engine
-    sim = " (SIMULATED figures, not GPU measurements)" if e.backend == "sim" else ""
+    sim = " (SIMULATED figures, not GPU measurements)" if is_simulated(e.backend) else ""
     objectives = ", ".join(f"{o.direction} `{o.metric}`" for o in space.objectives)
     short = abbreviations(space.params, [n for n, p in space.params.items() if p.type == "bool"])
     lines = [

@@ -13,7 +13,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2] / "autotune"
 THIRD_PARTY = ("optuna", "ray", "mlflow")
 # The neutral layer: facts and records every other package may use. They import only each other.
-NEUTRAL = frozenset({"errors", "security", "formatting", "results", "early_stop", "engine", "workload", "rundir"})
+NEUTRAL = frozenset({"errors", "security", "formatting", "results", "early_stop", "engine", "workload", "rundir",
+                     "backend_kinds"})
 
 
 def unit_of(path: Path, root: Path = ROOT) -> str:

@@ -1,0 +1,27 @@
+"""One list each (issue 22): where a set of names is declared in one place and mapped to
+implementations in another, the two hold the same names."""
+
+from __future__ import annotations
+
+from autotune.backend_kinds import BACKEND_KINDS, BACKEND_NAMES, is_simulated, needs_gpus
+from autotune.backends.registry import BACKENDS, get_backend
+
+
+def test_every_backend_name_has_an_implementation_and_no_other_does():
+    assert set(BACKENDS) == set(BACKEND_NAMES)
+
+
+def test_each_implementation_answers_to_its_name():
+    for name in BACKEND_NAMES:
+        backend = get_backend(name)
+        try:
+            assert backend.name == name
+        finally:
+            backend.close()
+
+
+def test_only_the_simulator_reports_simulated_figures_and_only_vllm_needs_gpus():
+    assert [n for n in BACKEND_NAMES if is_simulated(n)] == ["sim"]
+    assert [n for n in BACKEND_NAMES if needs_gpus(n)] == ["vllm"]
+    assert not is_simulated("tgi") and needs_gpus("tgi")  # unknown: the cautious answers
+    assert all(k.name == n for n, k in BACKEND_KINDS.items())
