@@ -1,8 +1,9 @@
 """What a trial produced, identical in shape for every backend.
 
 A backend fills per-request records and a few engine facts; the aggregates (the
-objectives among them) are computed here once, so the simulator and real vLLM can never
-disagree on what "p99" or "OOMs per 1000 requests" mean.
+objectives among them) are declared and computed once, in the metric registry
+(autotune.metrics), so the simulator and real vLLM can never disagree on what "p99" or
+"OOMs per 1000 requests" mean.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
-import numpy as np
 from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
@@ -161,18 +161,17 @@ class TrialResult:
     artifacts: TrialArtifacts = field(default_factory=TrialArtifacts)
 
     def metrics(self) -> dict[str, float]:
-        """Aggregates over the records. Latency percentiles cover successful requests only."""
+        """Every registered aggregate (autotune.metrics). Latency percentiles cover successful
+        requests only."""
+        from autotune.metrics import compute_metrics  # the registry builds on these records
+
         return compute_metrics(self)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _pct(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else math.nan
-
-
-def _goodput(result: TrialResult, issued: int) -> tuple[float, float]:
+def goodput(result: TrialResult, issued: int) -> tuple[float, float]:
     """(good requests per second per GPU, share of issued requests that were good).
 
     NaN when the trial has no SLO, and goodput NaN when the GPU count or duration is unknown:
@@ -188,58 +187,6 @@ def _goodput(result: TrialResult, issued: int) -> tuple[float, float]:
     if result.gpus <= 0 or result.duration_s <= 0:
         return math.nan, attainment
     return good / result.duration_s / result.gpus, attainment
-
-
-def compute_metrics(result: TrialResult) -> dict[str, float]:
-    ok = [r for r in result.records if r.status == RequestStatus.OK]
-    e2e = [r.e2e_s for r in ok if r.e2e_s is not None]
-    ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
-    tpot = [t for r in ok if (t := r.tpot_s) is not None]
-    issued = result.requests_issued or len(result.records)
-    n_oom = sum(r.status == RequestStatus.OOM for r in result.records)
-    n_err = sum(r.status == RequestStatus.ERROR for r in result.records)
-    n_not_run = sum(r.status == RequestStatus.NOT_RUN for r in result.records)
-    out_tokens = sum(r.output_tokens for r in ok)
-    goodput, attainment = _goodput(result, issued)
-    m: dict[str, float] = {
-        "requests": float(issued),
-        "requests_ok": float(len(ok)),
-        "requests_oom": float(n_oom),
-        "requests_error": float(n_err),
-        "requests_not_run": float(n_not_run),
-        "oom_per_1k": 1000.0 * n_oom / issued if issued else 0.0,
-        "error_per_1k": 1000.0 * n_err / issued if issued else 0.0,
-        "p50_e2e_s": _pct(e2e, 50),
-        "p90_e2e_s": _pct(e2e, 90),
-        "p99_e2e_s": _pct(e2e, 99),
-        "mean_e2e_s": float(np.mean(e2e)) if e2e else math.nan,
-        "p50_ttft_s": _pct(ttft, 50),
-        "p90_ttft_s": _pct(ttft, 90),
-        "p99_ttft_s": _pct(ttft, 99),
-        "p50_tpot_s": _pct(tpot, 50),
-        "p90_tpot_s": _pct(tpot, 90),
-        "p99_tpot_s": _pct(tpot, 99),
-        "mean_tpot_s": float(np.mean(tpot)) if tpot else math.nan,
-        "output_tok_per_s": out_tokens / result.duration_s if result.duration_s > 0 else 0.0,
-        "goodput_rps_per_gpu": goodput,
-        "slo_attainment": attainment,
-        "crashes": float(result.crashes),
-        "preemptions": float(result.preemptions),
-        "kv_cache_tokens": float(result.kv_cache_tokens),
-        "startup_s": float(result.startup_s),
-        "duration_s": float(result.duration_s),
-        "gpu_time_s": float(result.gpu_time_s),
-    }
-    if result.peak_mem_gib:
-        m["peak_mem_gib_max"] = float(max(result.peak_mem_gib))
-        for i, v in enumerate(result.peak_mem_gib):
-            m[f"peak_mem_gib_gpu{i}"] = float(v)
-    return m
-
-
-def metric_names() -> frozenset[str]:
-    """Every aggregate a trial reports (peak memory adds one ``peak_mem_gib_gpu<i>`` per GPU)."""
-    return frozenset(compute_metrics(TrialResult(TrialStatus.OK, "", peak_mem_gib=[0.0])))
 
 
 def startup_failure(backend: str, failure_class: FailureClass, reason: str, evidence: list[str],

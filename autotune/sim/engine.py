@@ -279,7 +279,7 @@ class TrialSim:
         self.records[idx] = RequestRecord(idx, send_s, ttft, e2e, tr.prompt_len, generated, status, error,
                                           o.prompt_logprobs, o.logprobs, o.n, o.streamable)
         if status != RequestStatus.NOT_RUN:
-            self.tally.add(status, e2e)
+            self.tally.add(self.records[idx])
 
     def _complete(self, done: list[SimRequest]) -> None:
         now = self.clock.now

@@ -226,12 +226,9 @@ class Constraint(_Strict):
 def _check_metric(name: str) -> str:
     """Objectives and SLOs must name a metric trials report, or every trial would silently
     score the penalty value."""
-    from autotune.results import metric_names
+    from autotune.metrics import check_name
 
-    if name not in metric_names() and not name.startswith("peak_mem_gib_gpu"):
-        raise ValueError(f"unknown metric {name!r}; use one of oom_per_1k, p99_e2e_s, p99_ttft_s, "
-                         "output_tok_per_s, ... (docs/search_space.md)")
-    return name
+    return check_name(name)
 
 
 class Objective(_Strict):

@@ -38,7 +38,7 @@ from autotune.study.pruning import StartupPredictor
 from autotune.study.record import Role, State, TrialRecord, enqueue_attrs, records, stored_trial
 from autotune.study.recovery import Coordinator, fail_and_requeue
 from autotune.study.storage import with_retries
-from autotune.study.strategy import RunSpread
+from autotune.study.strategy import RunSpread, early_stop_notice
 
 MAX_CONSECUTIVE_REJECTIONS = 500
 FAILURE_REASON_CHARS = 1000
@@ -90,6 +90,8 @@ class TrialLoop:
             cb.on_study_start(ctx)
         if orphans:
             self._notice(f"resumed: failed and re-enqueued trials {orphans} left running by a dead driver")
+        if notice := early_stop_notice(self.space):
+            self._notice(notice)
         status = "FAILED"
         try:
             self.pool.start()

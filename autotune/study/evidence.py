@@ -25,7 +25,7 @@ from autotune.study import stats
 from autotune.study.headroom import Headroom, headroom
 from autotune.study.record import Role, TrialRecord
 
-# Metrics given an interval besides the objectives (what the export header shows).
+# Metrics given an interval besides the objectives and SLO metrics (what the export header shows).
 SHOWN_METRICS = ("p99_e2e_s", "p50_e2e_s", "p99_ttft_s", "output_tok_per_s")
 OOM_METRIC = "oom_per_1k"  # counted, not averaged: see OomEvidence
 
@@ -142,7 +142,7 @@ def summarize(records: Iterable[TrialRecord], space: SearchSpace) -> StudyEviden
     """Every config the study ran in full, with its statistics."""
     groups = list(full_runs(records).values())
     usable = [all(r.started and r.feasible for r in g) for g in groups]
-    metrics = [m for m in dict.fromkeys([*space.objective_names, *SHOWN_METRICS]) if m != OOM_METRIC]
+    metrics = [m for m in dict.fromkeys([*space.objective_names, *space.slo, *SHOWN_METRICS]) if m != OOM_METRIC]
     # The spread is pooled over usable configs only: a crash loop's latency is not a config's noise.
     spread = {m: stats.pooled_relative_sd([_values(g, m) for g, ok in zip(groups, usable, strict=True) if ok])
               for m in metrics}

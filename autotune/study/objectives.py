@@ -17,6 +17,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from autotune.metrics import get as get_metric
 from autotune.space.schema import SearchSpace
 
 # Constraint keys autotune sets. Feasible when <= 0, as Optuna defines it.
@@ -29,23 +30,9 @@ SERVING_CONSTRAINT = "serving_ok"
 
 
 def penalty(metric: str, space: SearchSpace) -> float:
-    """The value a metric takes when the trial produced no measurement of it: the worst
-    it can be. Rates per second (throughput, goodput) before durations, which they also
-    end like."""
-    if metric.endswith("_per_1k"):
-        return 1000.0
-    if metric.endswith("per_s") or _higher_is_better(metric, space):
-        return 0.0
-    if metric.endswith("_s"):
-        return float(space.workload.request_timeout_s)
-    return 1e9
-
-
-def _higher_is_better(metric: str, space: SearchSpace) -> bool:
-    if any(o.metric == metric and o.direction == "maximize" for o in space.objectives):
-        return True
-    lim = space.slo.get(metric)
-    return lim is not None and lim.min is not None
+    """The value a metric takes when the trial produced no measurement of it: the worst it
+    can be, as the metric registry declares it (autotune.metrics.Penalty)."""
+    return get_metric(metric).penalty_value(space.workload.request_timeout_s)
 
 
 def measured(metric: str, metrics: Mapping[str, float], started: bool, space: SearchSpace) -> float:

@@ -96,11 +96,11 @@ def pareto_numbers(study: optuna.Study) -> list[int]:
     return [p.number for p in config_front(study)]
 
 
-def front_points(front: list[TrialRecord], space: SearchSpace) -> list[tuple[float, float]]:
-    """(oom_per_1k, p99_e2e_s) of the given front, for the early-stopping rule."""
-    names = space.objective_names
-    i, j = names.index("oom_per_1k"), names.index("p99_e2e_s")
-    return [(r.values[i], r.values[j]) for r in front if r.values]
+def front_points(front: list[TrialRecord], space: SearchSpace) -> list[tuple[float, ...]]:
+    """The objective values of the given front, in the space's objective order, for the
+    early-stopping rule."""
+    n = len(space.objectives)
+    return [tuple(r.values[:n]) for r in front if r.values]
 
 
 class FrontCache:

@@ -34,13 +34,12 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.space import SearchSpace
 from autotune.study import strategy
+from autotune.study.evidence import OOM_METRIC
 from autotune.study.export_rule import DEFAULT_MAX_OOM_PER_1K
 from autotune.study.objectives import constraint_values, objective_values
 from autotune.study.params import check_constraints, suggest_params
 from autotune.study.pruning import StartupPredictor
 from autotune.study.record import Role, TrialRecord, records
-
-OOM_METRIC = "oom_per_1k"
 
 
 class ConfigModel(Protocol):

@@ -7,7 +7,8 @@ Parts, each switchable in ``study.strategy`` so its effect can be measured
       configs predicted to fail beyond that uncertainty (pruning.py);
   (b) crash-awareness: startup failures and SLO misses become Optuna constraints
       (autotune/study/objectives.py), so constraint-aware samplers learn the boundary;
-  (c) early stopping: a benchmark stops once the trial is dominated by the front;
+  (c) early stopping: a benchmark stops once the trial is dominated by the front, for any
+      objectives the metric registry can bound (failure rates, latency percentiles);
   (d) warm start: the vLLM defaults and the references are measured first (seeding.py);
   (e) screen: the (recalibrated) simulator ranks a few of the sampler's candidates and the
       predicted best launches (screening.py; the simulator comes from autotune.calibrate).
@@ -23,7 +24,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.early_stop import EarlyStopRule
+from autotune.early_stop import EarlyStopRule, unboundable
 from autotune.space import SearchSpace
 from autotune.study.evidence import config_key
 from autotune.study.pareto import front_points
@@ -71,12 +72,29 @@ def early_stop_rule(front: list[TrialRecord], space: SearchSpace, role: Role = R
                     run_sd: float = math.nan) -> EarlyStopRule | None:
     """The rule a trial's benchmark checks, from the front as it stands at dispatch and the
     study's run-to-run spread of p99 (``run_sd``, relative; NaN until configs were repeated).
-    None for a confirmation run: it exists to measure a finalist in full."""
-    if (not space.study.strategy.early_stop or role == Role.CONFIRM
-            or space.objective_names[:2] != ["oom_per_1k", "p99_e2e_s"]):
+    None for a confirmation run: it exists to measure a finalist in full, and None when an
+    objective cannot be bounded before the benchmark ends (:func:`early_stop_blockers`)."""
+    if not space.study.strategy.early_stop or role == Role.CONFIRM or early_stop_blockers(space):
         return None
     pts = front_points(front, space)
-    return EarlyStopRule(front=tuple(pts), margin=stop_margin(run_sd)) if pts else None
+    return EarlyStopRule(front=tuple(pts), margin=stop_margin(run_sd),
+                         objectives=tuple(space.objective_names)) if pts else None
+
+
+def early_stop_blockers(space: SearchSpace) -> list[str]:
+    """The objectives that keep early stopping off: a trial is dominated only when every
+    objective is shown worse, and these (throughput, goodput, a server metric) have no bound
+    before the benchmark ends. [] when the rule can bound them all."""
+    return unboundable(space.objective_names, [o.direction for o in space.objectives])
+
+
+def early_stop_notice(space: SearchSpace) -> str:
+    """What a user is told at start when early stopping is asked for but cannot work ('' if it can)."""
+    blockers = early_stop_blockers(space)
+    if not space.study.strategy.early_stop or not blockers:
+        return ""
+    return (f"early stopping is off: the objective {blockers[0]} cannot be bounded before a benchmark ends "
+            "(the rule bounds failure rates per 1k and latency percentiles; see `autotune metrics`)")
 
 
 def prune_reason(predictor: StartupPredictor | None, flags: dict[str, Any], role: Role,

@@ -14,7 +14,8 @@ from collections import Counter
 import pytest
 
 from autotune.early_stop import EarlyStopRule, p99_rank_bound
-from autotune.results import FailureClass, RequestStatus, TrialStatus, metric_names, startup_failure
+from autotune.metrics import names as metric_names
+from autotune.results import FailureClass, RequestStatus, TrialStatus, startup_failure
 from autotune.workload import generate_trace
 from tests.contract.adapters import STARTUP_FAILURES, Adapter, Run
 from tests.fakes.prefix_cache import PrefixCacheAccounting

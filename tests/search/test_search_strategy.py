@@ -110,12 +110,13 @@ def test_early_stop_stops_a_dominated_trial_with_conservative_objectives():
 
 def test_early_stop_rule_bounds():
     rule = EarlyStopRule(front=((0.0, 10.0), (5.0, 8.0)), min_requests=100)
-    assert not rule.should_stop(50, 1000, 0, 100.0)  # too few requests yet
-    assert rule.should_stop(200, 1000, 0, 10.6)  # 0 OOMs, p99 >= 1.05 x 10: dominated by (0, 10)
-    assert not rule.should_stop(200, 1000, 0, 10.4)  # within the margin
-    assert not rule.should_stop(200, 1000, 4, 8.5)  # floor 4/1k < 5: (5, 8) is not better on OOMs
-    assert rule.should_stop(200, 1000, 5, 8.9)  # floor 5/1k: (5, 8) dominates with margin
-    assert not EarlyStopRule(front=((0.0, 1e9),)).should_stop(500, 1000, 0, 50.0)
+    # bounds: (OOM floor per 1k = 1000 x OOMs so far / total, p99 lower bound)
+    assert not rule.dominated(50, 1000, (0.0, 100.0))  # too few requests yet
+    assert rule.dominated(200, 1000, (0.0, 10.6))  # 0 OOMs, p99 >= 1.05 x 10: dominated by (0, 10)
+    assert not rule.dominated(200, 1000, (0.0, 10.4))  # within the margin
+    assert not rule.dominated(200, 1000, (4.0, 8.5))  # floor 4/1k < 5: (5, 8) is not better on OOMs
+    assert rule.dominated(200, 1000, (5.0, 8.9))  # floor 5/1k: (5, 8) dominates with margin
+    assert not EarlyStopRule(front=((0.0, 1e9),)).dominated(500, 1000, (0.0, 50.0))
 
 
 def test_early_stopped_trials_never_enter_the_front_in_a_study():

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from autotune.results import GoodputSLO, RequestRecord, RequestStatus, TrialResult, TrialStatus, metric_names
+from autotune.metrics import names as metric_names
+from autotune.results import GoodputSLO, RequestRecord, RequestStatus, TrialResult, TrialStatus
 
 SLO = GoodputSLO(ttft_s=0.5, tpot_s=0.05)
 

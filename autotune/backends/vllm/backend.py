@@ -378,7 +378,7 @@ class VllmBackend:
         start_no = 0
 
         def on_done(o: RequestOutcome) -> bool:
-            tally.add(RequestStatus.OK if o.ok else RequestStatus.ERROR, o.e2e_s)
+            tally.add(_sent_record(o))
             self._emit("request_done", index=o.index, ok=o.ok, e2e_s=o.e2e_s, start=start_no, done=tally.done)
             return tally.should_stop()
 
@@ -431,7 +431,7 @@ class VllmBackend:
             for idx in sorted(casualties):
                 o = phase.outcomes[idx]
                 records[idx] = _sent_record(o, status, f"in flight when the engine died ({cls.failure_class}): {o.error}")
-                tally.add(status, None)
+                tally.add(records[idx])
             if not remaining:
                 break
             if tally.should_stop():
