@@ -15,7 +15,7 @@ from autotune.deploy.vllm_env import VARS as VLLM_ENV_VARS
 from autotune.errors import UserError
 from autotune.security import NotRegularFile, read_input
 from autotune.space.schema import SearchSpace, did_you_mean
-from autotune.workload import SPACE_DIR_CONTEXT
+from autotune.workload import SPACE_DIR_CONTEXT, TraceFileError
 
 # A search space is a page of YAML; the cap keeps a hostile --space (a huge file) bounded.
 MAX_SPACE_BYTES = 4 << 20
@@ -69,16 +69,28 @@ def _unwrap(tp: Any) -> Any:
 
 
 def parse_space(data: Any, path: Path) -> SearchSpace:
-    """Validate ``data`` read from ``path``; relative paths in it (trace files, the sim
-    profile) are relative to the file's directory."""
+    """Validate ``data`` read from ``path`` and read the trace file it names; relative paths
+    in it (trace files, the sim profile) are relative to the file's directory."""
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     if "version" not in data:
         raise UserError(f"{path}: version: required; add 'version: 1' at the top")
     try:
-        return SearchSpace.model_validate(data, context={SPACE_DIR_CONTEXT: path.parent})
+        space = SearchSpace.model_validate(data, context={SPACE_DIR_CONTEXT: path.parent})
     except ValidationError as e:
         raise UserError(_format_validation_error(path, e)) from None
+    return _with_trace(space, path)
+
+
+def _with_trace(space: SearchSpace, path: Path) -> SearchSpace:
+    """The space with its workload's trace file read (a space without one: itself). Read
+    here, after validation, not inside it: the schema checks what the fields say, and a bad
+    file is one line naming the space, the trace file (and line) and what to fix."""
+    try:
+        workload = space.workload.loaded(path.parent)
+    except TraceFileError as e:
+        raise UserError(f"{path}: workload.trace: {e}") from None
+    return space if workload is space.workload else space.model_copy(update={"workload": workload})
 
 
 def load_space(path: str | Path) -> SearchSpace:

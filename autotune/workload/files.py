@@ -10,7 +10,8 @@ file, secrets included): it says what was expected, and where.
 Only regular files are read (``security.open_input``: no /dev/zero, FIFO or /proc file), at
 most ``MAX_TRACE_BYTES``, one line of at most ``MAX_LINE_BYTES`` at a time.
 
-Formats (``format: auto`` tells them apart by the first line):
+Formats (each declared once, in ``READERS`` below; ``format: auto`` tells them apart by the
+first line):
 
 * ``autotune``: JSONL, ``{"arrival_s": 0.5, "prompt_tokens": 812, "output_tokens": 128}``
   plus optional ``hash_ids``, ``prompt_logprobs``, ``logprobs``, ``n``.
@@ -33,16 +34,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 from autotune.security import NotRegularFile, open_input
 from autotune.workload.options import RequestOptions
 
-TRACE_FORMATS = ("autotune", "mooncake", "azure", "burstgpt")
-_CSV_COLUMNS = {
-    "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
-    "burstgpt": ("Timestamp", "Request tokens", "Response tokens"),
-}
 _AUTOTUNE_KEYS = ("arrival_s", "prompt_tokens", "output_tokens", "hash_ids", "prompt_logprobs", "logprobs", "n")
 _OPTION_KEYS = ("prompt_logprobs", "logprobs", "n")
 _EPOCH = datetime(1970, 1, 1)
@@ -84,6 +80,8 @@ def read_trace(path: Path, fmt: str, start_s: float = 0.0, end_s: float | None =
     ``limit`` rows are kept. Reading stops at the window's end, so lines after it are not
     checked.
     """
+    if fmt != "auto" and fmt not in READERS:  # the schema refuses it first; a direct caller gets the same line
+        raise TraceFileError(path, None, f"unknown trace format {fmt!r}; use {format_choices()}")
     with open_trace(path) as f:
         return _read(path, f, fmt, start_s, end_s, limit)
 
@@ -131,8 +129,8 @@ def _read(path: Path, f: BinaryIO, fmt: str, start_s: float, end_s: float | None
         raise TraceFileError(path, 1, "empty trace file")
     number, text = first
     try:
-        fmt = _detect(text) if fmt == "auto" else fmt
-        parse, is_header = _parser(fmt, text)
+        reader = _detect(text) if fmt == "auto" else READERS[fmt]
+        parse, is_header = reader.parser(text)
     except _Bad as e:
         raise TraceFileError(path, number, str(e)) from None
     rows: list[TraceRow] = []
@@ -142,7 +140,7 @@ def _read(path: Path, f: BinaryIO, fmt: str, start_s: float, end_s: float | None
     for number, text in pending:
         try:
             t, prompt, output, hash_ids, options = parse(text)
-            _check_row(t, prev, prompt, output, fmt)
+            _check_row(t, prev, prompt, output, reader)
         except _Bad as e:
             raise TraceFileError(path, number, str(e)) from None
         prev = t
@@ -157,7 +155,7 @@ def _read(path: Path, f: BinaryIO, fmt: str, start_s: float, end_s: float | None
             break
     if not rows:
         raise TraceFileError(path, None, "no requests in the selected window (check trace.start_s / trace.end_s)")
-    return fmt, rows
+    return reader.name, rows
 
 
 def _chain(first: tuple[int, str], rest: Iterator[tuple[int, str]]) -> Iterator[tuple[int, str]]:
@@ -165,7 +163,7 @@ def _chain(first: tuple[int, str], rest: Iterator[tuple[int, str]]) -> Iterator[
     yield from rest
 
 
-def _check_row(t: float, prev: float | None, prompt: int, output: int, fmt: str) -> None:
+def _check_row(t: float, prev: float | None, prompt: int, output: int, reader: TraceReader) -> None:
     if not math.isfinite(t) or t < 0:
         raise _Bad("timestamp is negative or not finite; expected seconds (ms for Mooncake) >= 0")
     if prev is not None and t < prev:
@@ -173,55 +171,72 @@ def _check_row(t: float, prev: float | None, prompt: int, output: int, fmt: str)
     if prompt <= 0:
         raise _Bad("zero-length prompt; every request needs at least one prompt token")
     if output <= 0:
-        hint = " (BurstGPT marks failed requests so: use BurstGPT_without_fails_*.csv)" if fmt == "burstgpt" else ""
-        raise _Bad(f"zero-length output; every request must generate at least one token{hint}")
+        raise _Bad(f"zero-length output; every request must generate at least one token{reader.zero_output_hint}")
 
 
 Parsed = tuple[float, int, int, tuple[int, ...], RequestOptions | None]
 
 
-def _detect(first_line: str) -> str:
+@dataclass(frozen=True)
+class TraceReader:
+    """One trace file format: how its first line is told apart, and how its lines are read.
+
+    ``fields`` are the format's time, prompt-token and output-token keys (JSONL) or header
+    columns (CSV), in that order; ``marker`` is the one of them whose presence in the first
+    line says "this format" to ``format: auto``.
+    """
+
+    name: str  # as workload.trace.format names it
+    label: str  # as the format's own authors name it, in messages
+    layout: Literal["jsonl", "csv"]
+    fields: tuple[str, str, str]
+    marker: str
+    parse_jsonl: Callable[[str], Parsed] | None = None  # JSONL: one line's values
+    parse_time: Callable[[str, str], float] | None = None  # CSV: the time column's value (None: seconds)
+    zero_output_hint: str = ""  # why a zero-length output may be in this format's files, and the fix
+
+    def parser(self, first_line: str) -> tuple[Callable[[str], Parsed], bool]:
+        """The line parser and whether the first line is a header (CSV) rather than a request."""
+        if self.layout == "jsonl":
+            assert self.parse_jsonl is not None
+            return self.parse_jsonl, False
+        header = _csv_fields(first_line)
+        need = self.fields
+        missing = [c for c in need if c not in header]
+        if missing:
+            raise _Bad(f"missing column {missing[0]!r}: the {self.name} format needs a header with {', '.join(need)}")
+        cols = [header.index(c) for c in need]
+        to_time = self.parse_time or _number
+
+        def parse(text: str) -> Parsed:
+            fields = _csv_fields(text)
+            if len(fields) != len(header):
+                raise _Bad(f"malformed line: {len(fields)} fields, the header has {len(header)}")  # counts, not content
+            t = to_time(need[0], fields[cols[0]])
+            return t, _int(need[1], fields[cols[1]]), _int(need[2], fields[cols[2]]), (), None
+
+        return parse, True
+
+
+def _detect(first_line: str) -> TraceReader:
+    """The reader whose marker the first line has (readers in ``READERS`` order)."""
     if first_line.lstrip().startswith("{"):
         keys = set(_json_object(first_line))
-        if "input_length" in keys:
-            return "mooncake"
-        if "prompt_tokens" in keys:
-            return "autotune"
-        raise _Bad("unknown trace format: the JSON object has neither autotune's keys (arrival_s, "
-                   "prompt_tokens, output_tokens) nor Mooncake's (timestamp, input_length, output_length); "
+        jsonl = [r for r in READERS.values() if r.layout == "jsonl"]
+        for r in jsonl:
+            if r.marker in keys:
+                return r
+        known = " nor ".join(f"{r.label}'s ({', '.join(r.fields)})" for r in jsonl)
+        raise _Bad(f"unknown trace format: the JSON object has the keys of neither {known}; "
                    "set workload.trace.format")
     header = _csv_fields(first_line)
-    if "TIMESTAMP" in header:
-        return "azure"
-    if "Timestamp" in header:
-        return "burstgpt"
-    raise _Bad("unknown trace format: the first line is neither JSON nor an Azure "
-               "(TIMESTAMP,ContextTokens,GeneratedTokens) or BurstGPT (Timestamp,Request tokens,Response tokens) "
-               "CSV header; set workload.trace.format")
-
-
-def _parser(fmt: str, first_line: str) -> tuple[Callable[[str], Parsed], bool]:
-    """The line parser for ``fmt`` and whether the first line is a header (CSV)."""
-    if fmt == "autotune":
-        return _autotune_line, False
-    if fmt == "mooncake":
-        return _mooncake_line, False
-    header = _csv_fields(first_line)
-    need = _CSV_COLUMNS[fmt]
-    missing = [c for c in need if c not in header]
-    if missing:
-        raise _Bad(f"missing column {missing[0]!r}: the {fmt} format needs a header with {', '.join(need)}")
-    cols = [header.index(c) for c in need]
-    to_time = _azure_time if fmt == "azure" else _number
-
-    def parse(text: str) -> Parsed:
-        fields = _csv_fields(text)
-        if len(fields) != len(header):
-            raise _Bad(f"malformed line: {len(fields)} fields, the header has {len(header)}")  # counts, not content
-        t = to_time(need[0], fields[cols[0]])
-        return t, _int(need[1], fields[cols[1]]), _int(need[2], fields[cols[2]]), (), None
-
-    return parse, True
+    csv_readers = [r for r in READERS.values() if r.layout == "csv"]
+    for r in csv_readers:
+        if r.marker in header:
+            return r
+    known = " or ".join(f"{r.label} ({','.join(r.fields)})" for r in csv_readers)
+    raise _Bad(f"unknown trace format: the first line is neither JSON nor the CSV header of {known}; "
+               "set workload.trace.format")
 
 
 def _autotune_line(text: str) -> Parsed:
@@ -323,3 +338,23 @@ def _azure_time(name: str, value: str) -> float:
     if when.tzinfo is not None:
         when = when.astimezone(UTC).replace(tzinfo=None)
     return (when - _EPOCH).total_seconds()
+
+
+# Every format autotune reads, each declared once: workload.trace.format accepts these names
+# (and ``auto``), and ``format: auto`` tries their markers in this order.
+READERS: dict[str, TraceReader] = {r.name: r for r in (
+    TraceReader("autotune", "autotune", "jsonl", ("arrival_s", "prompt_tokens", "output_tokens"), "prompt_tokens",
+                parse_jsonl=_autotune_line),
+    TraceReader("mooncake", "Mooncake", "jsonl", ("timestamp", "input_length", "output_length"), "input_length",
+                parse_jsonl=_mooncake_line),
+    TraceReader("azure", "Azure", "csv", ("TIMESTAMP", "ContextTokens", "GeneratedTokens"), "TIMESTAMP",
+                parse_time=_azure_time),
+    TraceReader("burstgpt", "BurstGPT", "csv", ("Timestamp", "Request tokens", "Response tokens"), "Timestamp",
+                zero_output_hint=" (BurstGPT marks failed requests so: use BurstGPT_without_fails_*.csv)"),
+)}
+TRACE_FORMATS: tuple[str, ...] = tuple(READERS)
+
+
+def format_choices() -> str:
+    """The accepted values of workload.trace.format, as an error message offers them."""
+    return f"auto (told apart by the first line) or one of {', '.join(TRACE_FORMATS)}"

@@ -9,6 +9,11 @@ Lengths come either from distributions (``prompt_len``, ``output_len``, a ``long
 and a shared system prompt) or from a recorded trace file (``trace``); arrivals are a
 closed loop, Poisson or gamma at ``request_rate`` (``vllm bench serve``'s semantics), or
 the trace's own timestamps. See docs/workload.md for every field.
+
+Validation checks the fields only; it reads no file. The trace file is read where the
+workload is loaded (``WorkloadSpec.loaded``, which ``autotune.space.load_space`` calls), so a
+spec validates the same anywhere and a bad file is one error naming the file, not a
+validation error of the schema.
 """
 
 from __future__ import annotations
@@ -17,14 +22,15 @@ import hashlib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from autotune.results import GoodputSLO
-from autotune.workload.files import TraceRow, open_trace, read_trace
+from autotune.workload.files import READERS, TraceFileError, TraceRow, format_choices, open_trace, read_trace
 
 Arrivals = Literal["closed", "poisson", "gamma", "trace"]
 # The key under which the space loader passes the space file's directory to validation:
-# relative trace paths are relative to the space file, not to wherever autotune runs.
+# relative paths in a space (the simulator profiles) are relative to the space file, not to
+# wherever autotune runs. (Trace paths are too, resolved by ``WorkloadSpec.loaded``.)
 SPACE_DIR_CONTEXT = "space_dir"
 
 
@@ -101,12 +107,26 @@ class TraceSource(_Strict):
     """
 
     path: str
-    format: Literal["auto", "autotune", "mooncake", "azure", "burstgpt"] = "auto"
+    format: str = "auto"  # auto, or a name of autotune.workload.files.READERS (declared there once)
     speed: float = Field(default=1.0, gt=0)
     start_s: float = Field(default=0.0, ge=0)
     end_s: float | None = Field(default=None, gt=0)
     block_tokens: int = Field(default=512, ge=1)
     sha256: str | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _a_path(cls, v: str) -> str:
+        if not v.strip():  # "" would read the space file's directory
+            raise ValueError("trace.path is empty; name a trace file (relative to the space file)")
+        return v
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, v: str) -> str:
+        if v != "auto" and v not in READERS:
+            raise ValueError(f"unknown trace format {v!r}; use {format_choices()}")
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> TraceSource:
@@ -114,17 +134,18 @@ class TraceSource(_Strict):
             raise ValueError(f"trace.end_s ({self.end_s:g}) must be > trace.start_s ({self.start_s:g})")
         return self
 
-    def load(self, base_dir: Path, limit: int) -> tuple[TraceSource, list[TraceRow]]:
+    def read(self, base_dir: Path, limit: int) -> tuple[TraceSource, list[TraceRow]]:
         """Read the file (relative to ``base_dir``): this source with its format and sha256
-        filled in, and the selected rows. Raises ValueError naming the file and line."""
+        filled in, and the selected rows. Raises TraceFileError naming the file (and line)."""
         path = Path(self.path).expanduser()
         if not path.is_absolute():
             path = (base_dir / path).absolute()
         fmt, rows = read_trace(path, self.format, self.start_s, self.end_s, limit)
         digest = _sha256(path)
         if self.sha256 is not None and self.sha256 != digest:
-            raise ValueError(f"{path}: content changed since the space pinned it (sha256 {digest[:12]}... != "
-                             f"trace.sha256 {self.sha256[:12]}...); restore the file or remove trace.sha256")
+            raise TraceFileError(path, None, f"content changed since the space pinned it (sha256 {digest[:12]}... "
+                                             f"!= trace.sha256 {self.sha256[:12]}...); restore the file or remove "
+                                             "trace.sha256")
         return self.model_copy(update={"format": fmt, "sha256": digest}), rows
 
 
@@ -168,7 +189,7 @@ class WorkloadSpec(_Strict):
     _trace_rows: list[TraceRow] = PrivateAttr(default_factory=list)
 
     @model_validator(mode="after")
-    def _check(self, info: ValidationInfo) -> WorkloadSpec:
+    def _check(self) -> WorkloadSpec:
         self.arrivals = self._resolve_arrivals()
         if self.shared_prefix_fraction > 0 and self.shared_prefix_len == 0:
             raise ValueError("shared_prefix_fraction > 0 needs shared_prefix_len > 0")
@@ -180,10 +201,20 @@ class WorkloadSpec(_Strict):
             if given:
                 raise ValueError(f"{given[0]} does not apply with a trace: lengths and prefix blocks come from "
                                  "the trace file; remove it")
-            base = Path((info.context or {}).get(SPACE_DIR_CONTEXT, "."))
-            self.trace, self._trace_rows = self.trace.load(base, self.num_requests)
-            self.num_requests = len(self._trace_rows)
         return self
+
+    def loaded(self, base_dir: Path | str = ".") -> WorkloadSpec:
+        """This workload ready to generate: with a trace, a copy with the file read (relative
+        paths are relative to ``base_dir``, the space file's directory), its format and sha256
+        pinned, the selected rows inside (they travel with the spec, so a worker on another
+        node needs no copy of the file) and ``num_requests`` the rows read; without one,
+        itself. Raises TraceFileError, one line naming the file, the line and the fix."""
+        if self.trace is None:
+            return self
+        trace, rows = self.trace.read(Path(base_dir), self.num_requests)
+        out = self.model_copy(update={"trace": trace, "num_requests": len(rows)})
+        out._trace_rows = rows
+        return out
 
     def _resolve_arrivals(self) -> Arrivals:
         mode = self.arrivals
@@ -213,4 +244,7 @@ class WorkloadSpec(_Strict):
     @property
     def trace_rows(self) -> list[TraceRow]:
         """The trace file's selected requests in file order (empty without ``trace``)."""
+        if self.trace is not None and not self._trace_rows:
+            raise ValueError("workload.trace: the trace file was not read; load the space with "
+                             "autotune.space.load_space, or call WorkloadSpec.loaded(space_dir)")
         return self._trace_rows

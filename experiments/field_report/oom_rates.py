@@ -30,7 +30,7 @@ import numpy as np
 
 from autotune.sim import simulate_trial
 from autotune.space import load_space
-from autotune.workload import SPACE_DIR_CONTEXT, SYSTEM_PROMPT_BLOCK, WorkloadSpec, generate_trace
+from autotune.workload import SYSTEM_PROMPT_BLOCK, WorkloadSpec, generate_trace
 
 REPO = Path(__file__).resolve().parents[2]
 SPACE = REPO / "search_spaces" / "qwen72b.yaml"
@@ -72,7 +72,7 @@ def mixed_workload(chat: WorkloadSpec) -> WorkloadSpec:
     return WorkloadSpec.model_validate(
         {"trace": {"path": TRACE.name, "block_tokens": chat.shared_prefix_len}, "arrivals": "closed",
          "num_requests": chat.num_requests, "concurrency": chat.concurrency, "max_restarts": chat.max_restarts},
-        context={SPACE_DIR_CONTEXT: TRACE.parent})
+    ).loaded(TRACE.parent)
 
 
 def run(seeds: int) -> list[dict[str, Any]]:

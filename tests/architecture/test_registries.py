@@ -3,8 +3,13 @@ implementations in another, the two hold the same names."""
 
 from __future__ import annotations
 
+import pytest
+from pydantic import ValidationError
+
 from autotune.backend_kinds import BACKEND_KINDS, BACKEND_NAMES, is_simulated, needs_gpus
 from autotune.backends.registry import BACKENDS, get_backend
+from autotune.workload import TRACE_FORMATS, TraceSource
+from autotune.workload.files import READERS
 
 
 def test_every_backend_name_has_an_implementation_and_no_other_does():
@@ -25,3 +30,11 @@ def test_only_the_simulator_reports_simulated_figures_and_only_vllm_needs_gpus()
     assert [n for n in BACKEND_NAMES if needs_gpus(n)] == ["vllm"]
     assert not is_simulated("tgi") and needs_gpus("tgi")  # unknown: the cautious answers
     assert all(k.name == n for n, k in BACKEND_KINDS.items())
+
+
+def test_the_schema_accepts_exactly_the_trace_formats_with_a_reader():
+    assert TRACE_FORMATS == tuple(READERS) and all(r.name == n for n, r in READERS.items())
+    for name in ("auto", *TRACE_FORMATS):
+        assert TraceSource(path="t", format=name).format == name
+    with pytest.raises(ValidationError, match="unknown trace format 'sharegpt'"):
+        TraceSource(path="t", format="sharegpt")

@@ -66,6 +66,6 @@ def test_trace_hash_ids_share_exactly_the_blocks_they_name(tmp_path):
     trace = tmp_path / "t.jsonl"
     trace.write_text("".join(json.dumps({"arrival_s": t, "prompt_tokens": 1600, "output_tokens": 8, "hash_ids": ids})
                              + "\n" for t, ids in rows))
-    wl = WorkloadSpec(num_requests=5, concurrency=1, trace={"path": str(trace)})
+    wl = WorkloadSpec(num_requests=5, concurrency=1, trace={"path": str(trace)}).loaded()
     m = simulate_trial(LLAMA8B, "H100-80GB", {"max_model_len": 4096}, wl).server_metrics
     assert (m["prefix_cache_queries"], m["prefix_cache_hits"]) == (5 * 1600, 1024 + 512)

@@ -60,7 +60,7 @@ def test_options_and_shared_blocks_on_real_vllm(tmp_path):
                                               "hash_ids": h, **opt}) + "\n"
                                   for i, (p, o, h, opt) in enumerate(LINES)))
     spec = WorkloadSpec(trace={"path": str(trace_file), "block_tokens": 64}, concurrency=None, token_id_high=1000,
-                        request_timeout_s=120)
+                        request_timeout_s=120).loaded()
     trace = generate_trace(spec, max_model_len=256)
     model = build_tiny_model(tmp_path / "tiny-qwen2")
     port = free_port()

@@ -19,7 +19,7 @@ def test_the_script_makes_the_committed_file(tmp_path):
 
 
 def test_the_committed_trace_replays_with_shared_prefixes():
-    spec = WorkloadSpec(trace={"path": str(SHIPPED)}, concurrency=None)
+    spec = WorkloadSpec(trace={"path": str(SHIPPED)}, concurrency=None).loaded()
     assert spec.trace is not None and spec.trace.format == "mooncake" and spec.num_requests == 400
     trace = generate_trace(spec, max_model_len=8192)
     assert trace[0].arrival_s == 0.0 and all(a.arrival_s <= b.arrival_s for a, b in zip(trace, trace[1:], strict=False))

@@ -68,7 +68,7 @@ def test_window_cap_and_speed(tmp_path):
     assert [r.prompt_tokens for r in rows] == [102, 103, 104, 105, 106]
     _, rows = read_trace(p, "auto", start_s=2, limit=3)
     assert [r.prompt_tokens for r in rows] == [102, 103, 104]
-    spec = WorkloadSpec(trace={"path": str(p), "speed": 4.0, "start_s": 2}, num_requests=3, concurrency=None)
+    spec = WorkloadSpec(trace={"path": str(p), "speed": 4.0, "start_s": 2}, num_requests=3, concurrency=None).loaded()
     assert spec.num_requests == 3 and spec.arrivals == "trace"
     trace = generate_trace(spec)
     # Replayed at 4x the recorded rate, from the window's first request.
@@ -78,7 +78,7 @@ def test_window_cap_and_speed(tmp_path):
 
 def test_fewer_requests_than_num_requests_replays_them_all(tmp_path):
     p = write(tmp_path, "a.csv", AZURE)
-    spec = WorkloadSpec(trace={"path": str(p)})  # num_requests defaults to 1000
+    spec = WorkloadSpec(trace={"path": str(p)}).loaded()  # num_requests defaults to 1000
     assert spec.num_requests == 3 and len(generate_trace(spec)) == 3
 
 

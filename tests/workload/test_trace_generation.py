@@ -81,7 +81,7 @@ def test_a_trace_lines_own_options_win(tmp_path):
     lines[7]["logprobs"] = 3
     p = tmp_path / "t.jsonl"
     p.write_text("\n".join(json.dumps(x) for x in lines))
-    spec = WorkloadSpec(trace={"path": str(p)}, options={"n": {"fraction": 1.0, "value": 2}})
+    spec = WorkloadSpec(trace={"path": str(p)}, options={"n": {"fraction": 1.0, "value": 2}}).loaded()
     trace = generate_trace(spec)
     assert trace[7].options.logprobs == 3 and trace[7].options.n == 1
     assert all(t.options.n == 2 and t.options.logprobs is None for t in trace if t.index != 7)
@@ -104,7 +104,7 @@ def test_shared_hash_ids_give_identical_tokens(tmp_path):
     p = tmp_path / "m.jsonl"
     p.write_text("".join(json.dumps({"timestamp": t * 1000, "input_length": n, "output_length": 4, "hash_ids": h})
                          + "\n" for t, n, h in rows))
-    spec = WorkloadSpec(trace={"path": str(p)}, token_id_high=50_000)
+    spec = WorkloadSpec(trace={"path": str(p)}, token_id_high=50_000).loaded()
     trace = generate_trace(spec)
     # Only the leading run another request also has is shared; unique blocks never hit.
     assert [t.prefix_blocks for t in trace] == [(10, 11), (10, 11), (10,), ()]
@@ -119,7 +119,7 @@ def test_clipping_to_the_context_keeps_whole_blocks_and_one_own_token(tmp_path):
     p = tmp_path / "m.jsonl"
     p.write_text("".join(json.dumps({"timestamp": 0, "input_length": 3000, "output_length": 400,
                                      "hash_ids": [0, 1, 2, 3, 4, 5]}) + "\n" for _ in range(3)))
-    trace = generate_trace(WorkloadSpec(trace={"path": str(p)}), max_model_len=2048)
+    trace = generate_trace(WorkloadSpec(trace={"path": str(p)}).loaded(), max_model_len=2048)
     for t in trace:
         assert t.prompt_len + t.output_len <= 2048
         assert t.prefix_len < t.prompt_len and t.prefix_len % 512 == 0 and t.prefix_blocks == (0, 1, 2)
@@ -129,7 +129,7 @@ def test_trace_arrivals_follow_the_recorded_times(tmp_path):
     p = tmp_path / "b.csv"
     p.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
                  "100,ChatGPT,10,5,15,x\n101.5,ChatGPT,10,5,15,x\n104,ChatGPT,10,5,15,x\n")
-    trace = generate_trace(WorkloadSpec(trace={"path": str(p)}))
+    trace = generate_trace(WorkloadSpec(trace={"path": str(p)}).loaded())
     assert [t.arrival_s for t in trace] == [0.0, 1.5, 4.0]
 
 
