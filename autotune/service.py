@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from autotune.backend_kinds import is_simulated, needs_gpus
-from autotune.calibrate import search_sampler
+from autotune.calibrate import screen_wrapper
 from autotune.errors import UserError, no_space_error
 from autotune.rundir import RunDir
 from autotune.security import mask_env, mask_url, secret_values
@@ -35,6 +35,7 @@ from autotune.study.opening import open_study
 from autotune.study.pareto import pareto_numbers
 from autotune.study.progress import MODES, Progress
 from autotune.study.record import records
+from autotune.study.samplers import make_sampler
 from autotune.study.storage import check_url, expand_url, storage_from_url
 from autotune.study.trial_files import TrialFiles
 from autotune.tracking.callback import MlflowLogger
@@ -151,7 +152,8 @@ def _run_locked(space: SearchSpace, space_path: Path, opts: RunOptions, name: st
     mlflow_uri = expand_url(mlflow_uri, "study.mlflow_tracking_uri") if mlflow_uri else run_dir.mlflow_url
     target = opts.trials or space.study.trials
     storage = storage_from_url(storage_url)
-    opened = open_study(space, name, storage, search_sampler(space, seed), target=target)
+    sampler = make_sampler(space.study.sampler, space, seed, wrap=screen_wrapper)
+    opened = open_study(space, name, storage, sampler, target=target)
     if opened.first_open:
         run_dir.space_copy.write_text(yaml.safe_dump(_masked_space(space, space_path), sort_keys=False))
     note = budget_note(space, target)  # said at the start (here and by `run`), in status and the export header
@@ -270,7 +272,7 @@ def _preflight(space: SearchSpace, opts: RunOptions, seed: int) -> tuple[Cluster
         check_url(expand_url(space.study.storage))
     if space.study.mlflow_tracking_uri:
         expand_url(space.study.mlflow_tracking_uri, "study.mlflow_tracking_uri")
-    search_sampler(space, seed)
+    make_sampler(space.study.sampler, space, seed, wrap=screen_wrapper)
     g, c = space.cluster.gpus_per_worker, space.cluster.cpus_per_worker
     requested = opts.workers or space.cluster.workers
     logical = None

@@ -8,11 +8,12 @@ Public API::
 
     calibrate(records, space, base=NOMINAL, holdout_every=3, requests=300) -> Calibration
     fit_profile(records, space, base=NOMINAL, requests=300) -> (SimProfile, [StageResult])
-    search_sampler(space, seed) -> optuna sampler (the screen in front when study.strategy.screen)
+    screen_wrapper(base, space, seed) -> optuna sampler: ``base`` behind the screen and the sweep;
+        make_sampler(space.study.sampler, space, seed, wrap=screen_wrapper) is a study's sampler
 """
 
 from autotune.calibrate.calibration import Calibration, HeldOutError, calibrate, fit_profile
-from autotune.calibrate.screen import SimModel, search_sampler
+from autotune.calibrate.screen import SimModel, screen_wrapper
 from autotune.calibrate.stages import StageResult
 
-__all__ = ["Calibration", "HeldOutError", "SimModel", "StageResult", "calibrate", "fit_profile", "search_sampler"]
+__all__ = ["Calibration", "HeldOutError", "SimModel", "StageResult", "calibrate", "fit_profile", "screen_wrapper"]

@@ -7,8 +7,10 @@ the physics a sim backend runs). With ``model_profile: calibrated`` the profile 
 (:func:`autotune.calibrate.fit_profile`) every ``recalibrate_every`` launched trials, on the
 first trials launched in multiples of that, so a resumed study refits to the same profile.
 
-:func:`search_sampler` is the sampler a study runs with: ``study.sampler``'s, behind the
-screen when ``study.strategy.screen`` is on.
+:func:`screen_wrapper` is what stands in front of ``study.sampler``'s sampler: the screen when
+``study.strategy.screen`` is on, the sweep when ``study.strategy.sweep`` is. It is a
+:data:`autotune.study.samplers.SamplerWrapper`; ``make_sampler(name, space, seed,
+wrap=screen_wrapper)`` builds the sampler a study runs with.
 """
 
 from __future__ import annotations
@@ -25,12 +27,8 @@ from autotune.deploy import SimProfile, known_gpus, resolve_model
 from autotune.errors import UserError
 from autotune.space import SearchSpace
 from autotune.study.record import TrialRecord
-from autotune.study.samplers import make_sampler
 from autotune.study.screening import ScreeningSampler
 from autotune.study.sweep import SweepSampler
-
-# Samplers whose proposals come from sample_independent, which the screen draws from.
-SCREENABLE = ("autotune", "tpe", "random")
 
 
 class SimModel:
@@ -78,14 +76,13 @@ def simulator_models(space: SearchSpace) -> bool:
     return space.engine.gpu in known_gpus() and not space.unmodelled_flags()
 
 
-def search_sampler(space: SearchSpace, seed: int) -> optuna.samplers.BaseSampler:
-    """The sampler a study of ``space`` runs with: ``study.sampler``'s, screened by the
-    simulator when ``study.strategy.screen`` is on and the sampler proposes one flag at a
-    time (:data:`SCREENABLE`; grid, nsga2 and gp propose whole configs and run unscreened),
-    behind the sweep when ``study.strategy.sweep`` is on (the sweep falls back to it)."""
-    base = make_sampler(space.study.sampler, space, seed)
+def screen_wrapper(base: optuna.samplers.BaseSampler, space: SearchSpace, seed: int) -> optuna.samplers.BaseSampler:
+    """``base`` screened by the simulator when ``study.strategy.screen`` is on, behind the
+    sweep when ``study.strategy.sweep`` is on (the sweep falls back to it). make_sampler
+    hands it only samplers that propose one flag at a time (``SamplerKind.independent``;
+    grid, nsga2 and gp propose whole configs and run unscreened)."""
     s = space.study.strategy
-    if space.study.sampler not in SCREENABLE or not simulator_models(space):
+    if not simulator_models(space):
         return base
     model = SimModel(space)
     if s.screen:

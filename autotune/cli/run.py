@@ -13,6 +13,7 @@ from autotune.cli.app import app
 from autotune.errors import UserError
 from autotune.rundir import RunDir, study_name_problem
 from autotune.space import SearchSpace, load_space
+from autotune.study.samplers import SAMPLERS
 
 
 @app.command()
@@ -27,7 +28,7 @@ def run(
     seed: Annotated[int | None, typer.Option(help="sampler seed (study.seed)")] = None,
     address: Annotated[str | None, typer.Option(
         help="Ray cluster address; default: $RAY_ADDRESS (set for a Ray job), else start a local Ray")] = None,
-    sampler: Annotated[str | None, typer.Option(help="autotune (default), tpe, nsga2, gp, random, grid")] = None,
+    sampler: Annotated[str | None, typer.Option(help=f"{', '.join(SAMPLERS)} (default: autotune)")] = None,
     progress: Annotated[str | None, typer.Option(
         help="rich (running trials updated in place), plain (lines, for logs) or none; "
              "default: rich on a terminal, plain otherwise")] = None,

@@ -1,6 +1,6 @@
 """One study of the benchmark: autotune's own trial loop against a truth it cannot see.
 
-The study is built as ``autotune run`` builds it (``calibrate.search_sampler``: the
+The study is built as ``autotune run`` builds it (``study.samplers.make_sampler`` with ``calibrate.screen_wrapper``: the
 strategy's sampler, behind the screen when ``study.strategy.screen``; ``open_study``: the
 warm start) and run by ``study.driver.TrialLoop`` on experiments/search's simulated-clock
 pool of 4 workers. The only difference from a real study is who answers a trial: the sim
@@ -17,11 +17,12 @@ from typing import Any
 
 import optuna
 
-from autotune.calibrate import search_sampler
+from autotune.calibrate import screen_wrapper
 from autotune.space import SearchSpace
 from autotune.study.driver import TrialLoop
 from autotune.study.opening import open_study
 from autotune.study.record import TrialRecord, records
+from autotune.study.samplers import make_sampler
 from experiments.search.harness import SimClockPool
 
 WORKERS = 4  # GPU workers (pairs for TP 2) the team runs trials on in parallel
@@ -45,7 +46,8 @@ class BenchStudy:
 
 def build(space: SearchSpace, backend: Any, seed: int, trials: int, workers: int = WORKERS) -> BenchStudy:
     """An in-memory study of ``space`` whose trials ``backend`` (the truth's) answers; not run yet."""
-    study = open_study(space, f"{space.study.name or 'reality-gap'}-{seed}", None, search_sampler(space, seed),
+    study = open_study(space, f"{space.study.name or 'reality-gap'}-{seed}", None,
+                       make_sampler(space.study.sampler, space, seed, wrap=screen_wrapper),
                        target=trials).study
     pool = SimClockPool(workers, backend=backend)
     return BenchStudy(space, study, pool, TrialLoop(study, space, pool, target=trials, seed=seed))

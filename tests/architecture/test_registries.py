@@ -3,11 +3,15 @@ implementations in another, the two hold the same names."""
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 from pydantic import ValidationError
 
 from autotune.backend_kinds import BACKEND_KINDS, BACKEND_NAMES, is_simulated, needs_gpus
 from autotune.backends.registry import BACKENDS, get_backend
+from autotune.space.schema import StudySection
+from autotune.study.samplers import SAMPLERS
 from autotune.workload import TRACE_FORMATS, TraceSource
 from autotune.workload.files import READERS
 
@@ -38,3 +42,8 @@ def test_the_schema_accepts_exactly_the_trace_formats_with_a_reader():
         assert TraceSource(path="t", format=name).format == name
     with pytest.raises(ValidationError, match="unknown trace format 'sharegpt'"):
         TraceSource(path="t", format="sharegpt")
+
+
+def test_the_schema_accepts_exactly_the_samplers_with_a_factory():
+    """study.sampler's Literal (the space may not import the study) names what SAMPLERS declares."""
+    assert get_args(StudySection.model_fields["sampler"].annotation) == tuple(SAMPLERS)

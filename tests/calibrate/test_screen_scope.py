@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.calibrate.screen import search_sampler
+from autotune.calibrate.screen import screen_wrapper
 from autotune.space import load_space
+from autotune.study.samplers import make_sampler
 from autotune.study.screening import ScreeningSampler
 from autotune.study.sweep import SweepSampler
 from tests.conftest import REPO
@@ -16,9 +17,10 @@ from tests.conftest import REPO
 def test_spaces_the_simulator_cannot_model_run_unscreened(space_file):
     space = load_space(REPO / space_file)
     assert space.study.strategy.screen  # on by default, and still no refusal
-    assert not isinstance(search_sampler(space, 0), ScreeningSampler | SweepSampler)
+    assert not isinstance(make_sampler(space.study.sampler, space, 0, wrap=screen_wrapper), ScreeningSampler | SweepSampler)
 
 
 def test_the_flagship_space_is_swept_and_screened():
-    sampler = search_sampler(load_space(REPO / "search_spaces" / "qwen72b.yaml"), 0)
+    space = load_space(REPO / "search_spaces" / "qwen72b.yaml")
+    sampler = make_sampler(space.study.sampler, space, 0, wrap=screen_wrapper)
     assert isinstance(sampler, SweepSampler) and isinstance(sampler.base, ScreeningSampler)

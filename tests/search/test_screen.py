@@ -9,7 +9,7 @@ from __future__ import annotations
 import optuna
 
 from autotune.backends.sim import SimBackend
-from autotune.calibrate import SimModel, search_sampler
+from autotune.calibrate import SimModel, screen_wrapper
 from autotune.deploy import NOMINAL
 from autotune.space.schema import ConfirmSection, StrategySection
 from autotune.study.driver import TrialLoop
@@ -84,16 +84,21 @@ def test_score_ranks_feasible_then_oom_limit_then_the_main_objective():
     assert ranked == [fast_clean, slow_clean, fast_oom, crash_loop]
 
 
+def _study_sampler(sp):
+    """The sampler `autotune run` gives a study of ``sp`` (service.py)."""
+    return make_sampler(sp.study.sampler, sp, 0, wrap=screen_wrapper)
+
+
 def test_search_sampler_screens_only_when_switched_on():
-    assert not isinstance(search_sampler(small_space(screen=False, sweep=False), 0), ScreeningSampler)
-    assert isinstance(search_sampler(small_space(), 0).base, ScreeningSampler)  # on by default, behind the sweep
-    on = search_sampler(small_space(sweep=False), 0)
+    assert not isinstance(_study_sampler(small_space(screen=False, sweep=False)), ScreeningSampler)
+    assert isinstance(_study_sampler(small_space()).base, ScreeningSampler)  # on by default, behind the sweep
+    on = _study_sampler(small_space(sweep=False))
     assert isinstance(on, ScreeningSampler) and isinstance(on.model, SimModel)
     assert isinstance(on.base, optuna.samplers.TPESampler)
     assert on.model.base == NOMINAL  # autotune's model, whatever engine.sim_profile says
     # Samplers that propose whole configs run unscreened.
     for name in ("grid", "nsga2"):
-        sampler = search_sampler(small_space(sampler=name, screen=True), 0)
+        sampler = _study_sampler(small_space(sampler=name, screen=True))
         assert not isinstance(sampler, ScreeningSampler) and not isinstance(sampler, SweepSampler)
 
 
@@ -120,7 +125,7 @@ def test_the_model_recalibrates_every_k_launched_trials_from_the_records_alone()
 def test_a_screened_study_on_the_simulator_runs_to_its_target():
     sp = small_space(screen=True, screen_requests=100, recalibrate_every=5)
     sp = sp.model_copy(update={"study": sp.study.model_copy(update={"confirm": ConfirmSection(finalists=0)})})
-    study = open_study(sp, "sim-screen", None, search_sampler(sp, 0)).study
+    study = open_study(sp, "sim-screen", None, _study_sampler(sp)).study
     TrialLoop(study, sp, SimClockPool(2, backend=SimBackend(profile=NOMINAL.perturbed(2))), target=14, seed=0).run()
     recs = records(study.get_trials(deepcopy=False))
     assert sum(r.state == State.COMPLETE for r in recs) == 14

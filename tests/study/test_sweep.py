@@ -12,12 +12,13 @@ import numpy as np
 import optuna
 import pytest
 
-from autotune.calibrate import search_sampler
+from autotune.calibrate import screen_wrapper
 from autotune.space import load_space
 from autotune.space.schema import ParamSpec, StrategySection
 from autotune.study.evidence import config_key
 from autotune.study.record import TrialRecord
 from autotune.study.residual import DEFAULT_RUN_SD, ResidualGP, encode, run_log_sd
+from autotune.study.samplers import make_sampler
 from autotune.study.screening import ScreeningSampler
 from autotune.study.sweep import SweepSampler, candidate_pool, param_values
 from experiments.scenarios.ground_truth import space_path
@@ -118,11 +119,11 @@ def test_a_model_proved_wrong_hands_over_to_the_sampler():
 
 def test_search_sampler_puts_the_sweep_in_front_of_the_screen_and_can_be_switched_off():
     sp = small_highconc()
-    s = search_sampler(sp, 0)
+    s = make_sampler(sp.study.sampler, sp, 0, wrap=screen_wrapper)
     assert isinstance(s, SweepSampler) and isinstance(s.base, ScreeningSampler)
     assert s.model is s.base.model  # one model: a recalibration is paid once
     off = sp.model_copy(update={"study": sp.study.model_copy(update={"strategy": StrategySection(sweep=False)})})
-    assert isinstance(search_sampler(off, 0), ScreeningSampler)
+    assert isinstance(make_sampler(off.study.sampler, off, 0, wrap=screen_wrapper), ScreeningSampler)
 
 
 def test_encode_puts_every_param_in_the_unit_cube():
