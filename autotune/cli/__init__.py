@@ -13,7 +13,7 @@ from autotune.security import one_line
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 # Command modules: importing one registers its command on ``app``.
-from autotune.cli import calibrate, export, run, simulate, status, ui  # noqa: E402,F401
+from autotune.cli import calibrate, export, metrics, run, simulate, status, ui  # noqa: E402,F401
 
 
 def _quiet_libraries() -> None:

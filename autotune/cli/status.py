@@ -31,6 +31,7 @@ from autotune.cli.app import app
 from autotune.cli.common import find_run_dir, open_study, saved_space
 from autotune.errors import UserError
 from autotune.formatting import number
+from autotune.metrics import display, label
 from autotune.rundir import RunDir
 from autotune.space import SearchSpace
 from autotune.space.loader import parse_space
@@ -199,11 +200,11 @@ def _recommended_line(choice: Choice | None, metric: str) -> str:
     c = choice.config
     i = c.interval(metric)
     if i.known:
-        fig = (f"{metric} {number(i.mean, 4)} (mean of {c.n} runs, 95 % interval {number(i.low, 4)} to "
-               f"{number(i.high, 4)})" if c.n > 1 else f"{metric} {number(i.mean, 4)} (single run, 95 % interval "
-                                                      f"{number(i.low, 4)} to {number(i.high, 4)})")
+        runs = f"mean of {c.n} runs" if c.n > 1 else "single run"
+        fig = (f"{metric} {display(metric, i.mean)} ({runs}, 95 % interval {display(metric, i.low)} to "
+               f"{display(metric, i.high)})")
     else:
-        fig = f"{metric} {number(i.mean, 4)} (single run: no interval)"
+        fig = f"{metric} {display(metric, i.mean)} (single run: no interval)"
     notes = "".join(f" Note: {x}." for x in choice.notes)
     return (f"recommended: trial {choice.trial.number}, {fig}; chosen by the export rule: {choice.rule}.{notes}"
             " `autotune export` writes this config.")
@@ -213,7 +214,7 @@ def _short_names(rows: list[dict[str, Any]], searched: list[str], names: list[st
     """The flags' short names (as in MLflow's run names, autotune/tracking/naming.py) when a
     row with the full names would not fit in ``width``; {} when it would."""
     widest = max((len(_flags_text(r["params"], {})) for r in rows), default=0)
-    fixed = 3 + 9 + 10 + sum(max(len(n), 6) + 2 for n in names) + 5  # #, state, role, values, marks
+    fixed = 3 + 9 + 10 + sum(max(len(label(n)), 6) + 2 for n in names) + 5  # #, state, role, values, marks
     if fixed + widest <= width:
         return {}
     bools = {k for r in rows for k, v in r["params"].items() if isinstance(v, bool)}
@@ -233,7 +234,7 @@ def _trials_table(rows: list[dict[str, Any]], names: list[str], front: dict[int,
     table.add_column("state", no_wrap=True)
     table.add_column("role")
     for name in names:
-        table.add_column(name, justify="right")
+        table.add_column(label(name), justify="right")  # with its unit, as the export and MLflow give it
     table.add_column("", no_wrap=True)  # R and *: see the legend under the table
     table.add_column("flags as run", overflow="fold")
     for r in rows:
@@ -271,7 +272,7 @@ def _space(run_dir: RunDir) -> SearchSpace | None:
 def _configs_table(configs: list[ConfigEvidence], metrics: list[str]) -> Table:
     table = Table(title="configs measured more than once: mean [95 % interval]; OOMs over all their requests, "
                         "with the 95 % upper bound", box=None, header_style="bold")
-    for col in ["trials", "runs", *metrics, "OOMs", "oom_per_1k <=", "headroom GiB"]:
+    for col in ["trials", "runs", *map(label, metrics), "OOMs", "oom_per_1k <=", "headroom GiB"]:
         table.add_column(col)
     for c in configs:
         cells = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from autotune.formatting import number
+from autotune.metrics import display
 from autotune.study.evidence import ConfigEvidence, StudyEvidence
 from autotune.study.export_rule import DEFAULT_MAX_OOM_PER_1K, LATENCY, SHOWN, Choice
 
@@ -95,8 +95,8 @@ def _spread(study: StudyEvidence, metric: str) -> str:
 
 
 def _fmt(v: float, metric: str) -> str:
-    unit = "" if math.isnan(v) else "/s" if metric.endswith("_per_s") else " s" if metric.endswith("_s") else ""
-    return number(v, 4) + unit
+    """The figure with the unit the metric registry declares (the one status and MLflow show)."""
+    return display(metric, v)
 
 
 def ranked_summary(c: ConfigEvidence, metric: str = LATENCY) -> str:

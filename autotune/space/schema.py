@@ -232,13 +232,36 @@ def _check_metric(name: str) -> str:
 
 
 class Objective(_Strict):
+    """A registered metric to optimise. Its direction is the registry's (latencies and failure
+    rates are minimised, throughput and goodput maximised), so writing it is optional, and
+    the opposite one is refused: maximising p99 is a slip, not a preference."""
+
     metric: str
     direction: Literal["minimize", "maximize"] = "minimize"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _registry_direction(cls, data: Any) -> Any:
+        from autotune.metrics import get, is_registered
+
+        if isinstance(data, dict) and "direction" not in data and is_registered(str(data.get("metric"))):
+            return {**data, "direction": get(str(data["metric"])).direction}
+        return data
 
     @field_validator("metric")
     @classmethod
     def _known(cls, v: str) -> str:
         return _check_metric(v)
+
+    @model_validator(mode="after")
+    def _direction_agrees(self) -> Objective:
+        from autotune.metrics import get
+
+        better = get(self.metric).direction
+        if self.direction != better:
+            raise ValueError(f"{self.metric} is to be {better}d (autotune metrics lists each metric's direction); "
+                             f"remove `direction: {self.direction}` or name another metric")
+        return self
 
 
 class SloLimit(_Strict):

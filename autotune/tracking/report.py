@@ -13,6 +13,7 @@ from mlflow.entities import Metric, RunTag
 from optuna.trial import TrialState
 
 from autotune.formatting import number
+from autotune.metrics import display
 from autotune.rundir import RunDir
 from autotune.space import SearchSpace
 from autotune.study.evidence import OOM_METRIC, ConfigEvidence
@@ -137,17 +138,18 @@ def recommendation_tags(study: optuna.Study, space: SearchSpace) -> tuple[dict[s
 
 def _evidence_words(c: ConfigEvidence, trial: int, metric: str) -> str:
     """What a trial's figures stand on, with the ranked metric rounded for reading (MLflow's
-    table shows every stored digit): ``mean of 3 runs: p99_e2e_s 25.9 [24.17, 27.63] (trials
-    3, 7, 8)``, ``single run: p99_e2e_s 24.9``."""
+    table shows every stored digit): ``mean of 3 runs: p99_e2e_s 25.9 s [24.17, 27.63] (trials
+    3, 7, 8)``, ``single run: p99_e2e_s 24.9 s`` (units as the metric registry declares them)."""
     i = c.interval(metric)
     if not any(r.started for r in c.runs):
         return "never served: the engine did not start"
     if c.n == 1:
-        return f"single run: {metric} {number(i.mean, 4)}"
+        return f"single run: {metric} {display(metric, i.mean)}"
     if trial != c.first.number:
         return f"repeat of trial {c.first.number} (the mean is on trial {c.first.number})"
     ci = f" [{number(i.low, 4)}, {number(i.high, 4)}]" if i.known else ""
-    return f"mean of {c.n} runs: {metric} {number(i.mean, 4)}{ci} (trials {', '.join(map(str, c.numbers))})"
+    return (f"mean of {c.n} runs: {metric} {display(metric, i.mean)}{ci} "
+            f"(trials {', '.join(map(str, c.numbers))})")
 
 
 def _other_evidence(r: TrialRecord) -> str:

@@ -26,6 +26,7 @@ import urllib.parse
 from typing import Any
 
 from autotune.backend_kinds import is_simulated
+from autotune.metrics import get as get_metric
 from autotune.space import SearchSpace
 from autotune.tracking.naming import abbreviations, for_people
 
@@ -116,7 +117,7 @@ def description(space: SearchSpace, study: str, experiment_id: str) -> str:
     and how to compare the trials."""
     e = space.engine
     sim = " (SIMULATED figures, not GPU measurements)" if is_simulated(e.backend) else ""
-    objectives = ", ".join(f"{o.direction} `{o.metric}`" for o in space.objectives)
+    objectives = ", ".join(f"{o.direction} `{o.metric}` ({get_metric(o.metric).unit})" for o in space.objectives)
     short = abbreviations(space.params, [n for n, p in space.params.items() if p.type == "bool"])
     lines = [
         f"**autotune study `{study}`**: Bayesian search (Optuna) over `vllm serve` flags for **{e.model}** "

@@ -65,7 +65,7 @@ def test_status_mlflow_and_export_name_the_same_recommended_trial(tmp_path, caps
     assert abs(mean["mean.p99_e2e_s"] - (25.8 + 26.0 + 25.9) / 3) < 1e-9 and mean["runs"] == 3
     assert mean["ci95_low.p99_e2e_s"] < mean["mean.p99_e2e_s"] < mean["ci95_high.p99_e2e_s"]
     assert runs[RECOMMENDED].data.metrics["p99_e2e_s"] == 25.8  # the run's own figure stays
-    assert runs[SINGLE].data.tags[EVIDENCE_TAG] == "single run: p99_e2e_s 25.5"
+    assert runs[SINGLE].data.tags[EVIDENCE_TAG] == "single run: p99_e2e_s 25.5 s"
     assert runs[NEVER_SERVED].data.tags[EVIDENCE_TAG].startswith("never served")
     assert runs[RECOMMENDED].data.tags[EVIDENCE_TAG].startswith("mean of 3 runs")
 
