@@ -174,8 +174,6 @@ def _run_locked(space: SearchSpace, space_path: Path, opts: RunOptions, name: st
         secrets=secret_values(space.engine.env, [space.study.storage, space.study.mlflow_tracking_uri,
                                                  storage_url, mlflow_uri]),
     )
-    if mode != "none":  # workers are polled only when someone shows their progress
-        pool.on_progress = loop.trial_progress
     res = loop.run()
     t = res.tally
     # A trial that never served (its engine did not start) is complete to Optuna but failed to

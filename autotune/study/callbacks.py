@@ -68,7 +68,8 @@ class Callback:
     def on_trial_progress(self, number: int, progress: TrialProgress) -> None:
         """While trial ``number`` runs: its phase, requests back, OOMs, restarts and running
         p99 as its worker last reported them. Between on_trial_start and on_trial_measured,
-        as often as the pool polls (a pool may never call it)."""
+        as often as the pool polls (a pool may never call it). Only a callback that overrides
+        it makes the loop hand its pool a progress sink: without one, no worker is polled."""
 
     def on_trial_measured(self, record: TrialRecord, result: TrialResult) -> None:
         """A trial's result is in (secrets scrubbed) and Optuna is NOT told yet."""

@@ -93,6 +93,8 @@ class TrialLoop:
         if notice := early_stop_notice(self.space):
             self._notice(notice)
         status = "FAILED"
+        # Workers are polled only when someone shows their progress.
+        self.pool.set_progress_sink(self.trial_progress if self._shows_progress() else None)
         try:
             self.pool.start()
             self._loop()
@@ -157,8 +159,13 @@ class TrialLoop:
         t.complete, t.failed, t.rejected, t.running_elsewhere = c.complete, c.failed, c.rejected, c.running_elsewhere
         t.running = self.pool.running
 
+    def _shows_progress(self) -> bool:
+        """Whether a callback does something with a running trial's progress (overrides the
+        base class's on_trial_progress, which does nothing)."""
+        return any(type(cb).on_trial_progress is not Callback.on_trial_progress for cb in self.callbacks)
+
     def trial_progress(self, number: int, progress: TrialProgress) -> None:
-        """A running trial's progress; a pool that polls its workers calls it from ``wait``.
+        """A running trial's progress: the sink the loop hands its pool, called from ``wait``.
         Dropped unless the trial is still this loop's, so it never follows on_trial_measured."""
         if number in self._running:
             for cb in self.callbacks:

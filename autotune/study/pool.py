@@ -7,11 +7,14 @@ The study package does not import either: it only states the shape.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from autotune.backends.base import TrialRequest
+from autotune.backends.base import TrialProgress, TrialRequest
 from autotune.results import TrialResult
+
+# Where a pool hands a running trial's progress: ``sink(key, snapshot)``, ``key`` as submitted.
+ProgressSink = Callable[[Any, TrialProgress], None]
 
 
 class FinishedTrial(Protocol):
@@ -24,6 +27,14 @@ class FinishedTrial(Protocol):
 
 
 class WorkerPool(Protocol):
+    def set_progress_sink(self, sink: ProgressSink | None) -> None:
+        """Where to hand running trials' progress (None: nowhere). The loop calls it once,
+        before ``start``, with its own hook when a callback shows progress: a pool given
+        None never asks its workers for any. A pool that cannot report progress ignores it.
+        Calls to ``sink`` come from inside ``wait``, on the loop's thread, only for a trial
+        not yet returned as finished."""
+        ...
+
     def start(self) -> None:
         """Start the workers (the loop calls it once, before the first submit)."""
         ...

@@ -3,10 +3,10 @@
 The trial loop's default pool (it implements autotune.study.pool.WorkerPool): one Ray
 actor per GPU group.
 
-With ``on_progress`` set, ``wait`` also polls each busy worker's progress snapshot every
-``progress_interval_s`` and hands it over (``on_progress(key, snapshot)``) from the calling
-thread, only while the trial is still running: a snapshot never arrives after its trial is
-returned as finished.
+Given a progress sink (``set_progress_sink``, by the trial loop), ``wait`` also polls each
+busy worker's progress snapshot every ``progress_interval_s`` and hands it over
+(``sink(key, snapshot)``) from the calling thread, only while the trial is still running: a
+snapshot never arrives after its trial is returned as finished.
 """
 
 from __future__ import annotations
@@ -55,14 +55,18 @@ class WorkerPool:
     cpus_per_worker: float
     backend_kwargs: dict[str, Any] = field(default_factory=dict)
     start_timeout_s: float = 600.0
-    on_progress: Callable[[Any, TrialProgress], None] | None = None
     progress_interval_s: float = 0.5
+    # study.pool.ProgressSink's shape (the workers may not import the study).
+    _sink: Callable[[Any, TrialProgress], None] | None = field(default=None, init=False)
     _actors: dict[int, Any] = field(default_factory=dict, init=False)
     _pending: dict[Any, int] = field(default_factory=dict, init=False)  # readiness ref -> worker, not yet placed
     _busy: dict[Any, tuple[int, Any]] = field(default_factory=dict, init=False)  # ref -> (worker, key)
     _trial_of: dict[int, tuple[Any, int]] = field(default_factory=dict, init=False)  # busy worker -> (key, number)
     _polls: dict[Any, int] = field(default_factory=dict, init=False)  # progress ref -> worker
     _next_id: int = field(default=0, init=False)
+
+    def set_progress_sink(self, sink: Callable[[Any, TrialProgress], None] | None) -> None:
+        self._sink = sink
 
     def start(self) -> None:
         """Start every worker and wait until each is placed (the cluster was checked to hold them)."""
@@ -133,7 +137,7 @@ class WorkerPool:
 
     def _wait_polling(self, timeout: float | None) -> list[Any]:
         """``ray.wait`` for one finished trial, in steps that poll progress in between."""
-        if self.on_progress is None:
+        if self._sink is None:
             done, _ = ray.wait(list(self._busy), num_returns=1, timeout=timeout)
             return list(done)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -153,7 +157,7 @@ class WorkerPool:
         Never blocks: an answer arrives by the next step. A worker that died answers with
         an error, ignored here: its trial's own reference reports the death.
         """
-        assert self.on_progress is not None
+        assert self._sink is not None
         if self._polls:
             ready, _ = ray.wait(list(self._polls), num_returns=len(self._polls), timeout=0)
             for ref in ready:
@@ -164,7 +168,7 @@ class WorkerPool:
                     continue
                 running = self._trial_of.get(wid)
                 if snap is not None and running is not None and snap.trial_number == running[1]:
-                    self.on_progress(running[0], snap)
+                    self._sink(running[0], snap)
         asked = set(self._polls.values())
         for wid in self._trial_of:
             if wid not in asked:

@@ -98,6 +98,9 @@ class TimedPool:
     inner: WorkerPool
     timeline: Timeline
 
+    def set_progress_sink(self, sink: Any) -> None:
+        self.inner.set_progress_sink(sink)
+
     def start(self) -> None:
         self.inner.start()
 

@@ -70,6 +70,9 @@ class SimClockPool:
     log: list[Dispatch] = field(default_factory=list)
     _busy: dict[int, tuple[float, int, int, TrialResult]] = field(default_factory=dict)  # wid -> (end, order, key, result)
 
+    def set_progress_sink(self, sink: Any) -> None:
+        pass  # trials run inside submit, on a simulated clock: nothing in flight to report
+
     def start(self) -> None:
         pass
 

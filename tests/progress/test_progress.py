@@ -173,7 +173,6 @@ def _run_loop(progress: Callback, space: SearchSpace) -> None:
     study = open_study(space, "progress", None, make_sampler("random", space, 0)).study
     pool = WorkerPool("noop", 2, 2, 0.5)
     loop = TrialLoop(study, space, pool, target=space.study.trials, seed=0, callbacks=[progress])
-    pool.on_progress = loop.trial_progress  # as service.run_study wires it
     loop.run()
 
 

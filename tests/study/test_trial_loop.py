@@ -13,7 +13,7 @@ from typing import Any
 import optuna
 import pytest
 
-from autotune.backends.base import TrialRequest
+from autotune.backends.base import TrialProgress, TrialRequest
 from autotune.backends.sim import SimBackend
 from autotune.results import FailureClass, RequestRecord, TrialResult, TrialStatus, startup_failure
 from autotune.space.schema import SearchSpace
@@ -89,6 +89,24 @@ def test_hooks_follow_the_crash_safety_order():
     assert rec.events[1:-1] == [(k, n) for n in range(3) for k in ("start", "measured", "end")]
     assert rec.stored_when_measured == [True, True, True]  # files go in before tell
     assert all(r.state == State.COMPLETE for r in rec.ended)
+
+
+def test_the_loop_hands_its_pool_a_progress_sink_only_when_a_callback_shows_progress():
+    """Issue 22: the loop wires its progress hook through the pool's protocol (no one pokes
+    an attribute of the pool), and only when a callback does something with progress: a
+    pool given None never polls its workers."""
+    quiet = InlinePool(_ok)
+    _loop(_space(), quiet, target=1, callbacks=[Recorder()])
+    assert quiet.sinks == [None]
+
+    class Shows(Callback):
+        def on_trial_progress(self, number: int, progress: TrialProgress) -> None:
+            pass
+
+    watched = InlinePool(_ok)
+    _loop(_space(), watched, target=1, callbacks=[Recorder(), Shows()])
+    assert len(watched.sinks) == 1 and watched.sinks[0] is not None
+    assert isinstance(watched.sinks[0].__self__, TrialLoop) and watched.sinks[0].__name__ == "trial_progress"
 
 
 def test_record_holds_the_flags_as_run_after_a_repair():
