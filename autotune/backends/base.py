@@ -6,8 +6,9 @@ Backends know nothing of Optuna, Ray or MLflow. They receive plain data and retu
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -15,10 +16,21 @@ from autotune.early_stop import EarlyStopRule
 from autotune.results import TrialResult
 from autotune.workload import WorkloadSpec
 
+# Where a worker's node keeps what the driver names by its own paths: variables of the
+# node's environment (set where its Ray was started), read by the worker when it runs a
+# trial. Unset, the driver's path is used, as on one machine or nodes that share the paths.
+NODE_PYTHON_ENV = "AUTOTUNE_VLLM_PYTHON"  # this node's Python with vLLM (engine.python)
+NODE_DOWNLOAD_DIR_ENV = "AUTOTUNE_DOWNLOAD_DIR"  # this node's weights directory (engine.download_dir)
+NODE_MODEL_DIR_ENV = "AUTOTUNE_MODEL_DIR"  # the directory holding this node's copies of local models
+
 
 @dataclass(frozen=True)
 class ServerSpec:
-    """How the engine is deployed, beyond the tunable flags."""
+    """How the engine is deployed, beyond the tunable flags.
+
+    ``python``, ``download_dir`` and a local ``model`` are paths on the driver's machine
+    (made absolute there); a worker resolves them for its own node with :meth:`on_node`.
+    """
 
     model: str
     gpu: str = "A100-80GB"  # the simulator's GPU; the vllm backend reads the real one via NVML
@@ -31,13 +43,30 @@ class ServerSpec:
     # Python executable whose `-m vllm.entrypoints.openai.api_server` is started; None: `vllm serve`.
     python: str | None = None
 
+    def on_node(self, environ: Mapping[str, str]) -> ServerSpec:
+        """This spec with the paths of the node whose environment is ``environ``: its
+        ``AUTOTUNE_VLLM_PYTHON`` and ``AUTOTUNE_DOWNLOAD_DIR`` win over the driver's, and a
+        model given as a local path is looked up by its directory name in
+        ``AUTOTUNE_MODEL_DIR`` (a hub model ID is fetched by each node itself, so it stays).
+
+        The model is found by name rather than replaced by a path, so a node set up once
+        serves each study's own model: a variable naming one model would serve it to every
+        later study on the node."""
+        model, model_dir = self.model, environ.get(NODE_MODEL_DIR_ENV)
+        if model_dir and os.path.isabs(model):
+            model = os.path.join(model_dir, os.path.basename(os.path.normpath(model)))
+        return replace(self, model=model, python=environ.get(NODE_PYTHON_ENV) or self.python,
+                       download_dir=environ.get(NODE_DOWNLOAD_DIR_ENV) or self.download_dir)
+
 
 @dataclass
 class TrialRequest:
     """One trial to run: the full resolved flag set and the fixed benchmark.
 
-    Plain data only, and no path of the driver's filesystem: the worker may run on another
-    node. Everything the trial produces comes back inside the :class:`TrialResult`.
+    Plain data only: the worker may run on another node. The only paths are the driver's in
+    ``server``, which the worker resolves for its node (:meth:`ServerSpec.on_node`) before
+    the backend sees them. Everything the trial produces comes back inside the
+    :class:`TrialResult`.
     """
 
     trial_number: int

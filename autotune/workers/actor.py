@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import socket
+from dataclasses import replace
 from typing import Any
 
 import ray
@@ -46,6 +47,9 @@ class TrialWorker:
 
     def run(self, request: TrialRequest) -> TrialResult:
         self.tracker.begin(request.trial_number, request.workload.num_requests)
+        # The driver's paths (its Python, weights directory, local model) as this node has
+        # them: set per node in the environment its Ray was started with (docs/vllm_backend.md).
+        request = replace(request, server=request.server.on_node(os.environ))
         try:
             return self.backend.run_trial(request)
         finally:
