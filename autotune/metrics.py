@@ -142,7 +142,8 @@ def _m(name: str, unit: str, direction: Direction, source: Source, help: str, pe
 
 
 _REQUESTS, _SERVER, _ENGINE = Source.REQUESTS, Source.SERVER, Source.ENGINE
-_MIN, _MAX = "minimize", "maximize"
+_MIN: Direction = "minimize"
+_MAX: Direction = "maximize"
 
 _COUNTS = [
     _m("requests", "requests", _MAX, _REQUESTS, "requests issued", Penalty.ZERO),

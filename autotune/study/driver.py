@@ -73,7 +73,7 @@ class TrialLoop:
         self.secrets = list(secrets)
         self.coordinator = Coordinator(study, stale_after_s, storage=storage)
         self.front = FrontCache(study)
-        self.spread = RunSpread.of(study)  # p99's run-to-run spread, for the early-stop margin
+        self.spread = RunSpread.of(study, space)  # the latency objective's run-to-run spread: the stop margin
         self.tally = Tally()
         self.server = server_spec(space)
         self.predictor = StartupPredictor.for_space(space) if space.study.strategy.prune_startup_failures else None

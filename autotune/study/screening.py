@@ -11,7 +11,7 @@ costs little: every candidate is one the sampler would have proposed anyway, and
 measurements keep teaching the sampler (and, recalibrated, the model).
 
 The model is given (:class:`ConfigModel`): the study knows no simulator.
-:func:`autotune.calibrate.search_sampler` builds the screen with autotune's simulator,
+:func:`autotune.calibrate.screen_wrapper` (composed through `make_sampler`) builds the screen with autotune's simulator,
 recalibrated from the study's measured trials. Enqueued trials (warm start, confirmation
 runs, re-runs) are not screened: they measure a given config.
 

@@ -25,6 +25,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.early_stop import EarlyStopRule, unboundable
+from autotune.metrics import bound_of
 from autotune.space import SearchSpace
 from autotune.study.evidence import config_key
 from autotune.study.pareto import front_points
@@ -34,21 +35,24 @@ from autotune.study.stats import pooled_relative_sd
 
 
 class RunSpread:
-    """p99's run-to-run spread, relative, pooled over the configs the study ran in full more
-    than once (confirmation runs, repeats); kept as trials finish, no re-reading of storage."""
+    """The early-stop rule's noisy objective's run-to-run spread, relative, pooled over the
+    configs the study ran in full more than once (confirmation runs, repeats); kept as trials
+    finish, no re-reading of storage. ``metric`` is the first latency objective (p99_e2e_s
+    for the flagship space)."""
 
-    def __init__(self) -> None:
+    def __init__(self, metric: str = "p99_e2e_s") -> None:
+        self.metric = metric
         self._runs: dict[str, list[float]] = {}
 
     @classmethod
-    def of(cls, study: optuna.Study) -> RunSpread:
-        spread = cls()
+    def of(cls, study: optuna.Study, space: SearchSpace | None = None) -> RunSpread:
+        spread = cls(spread_metric(space) if space is not None else "p99_e2e_s")
         for r in records(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))):
             spread.add(r)
         return spread
 
     def add(self, r: TrialRecord) -> None:
-        v = r.metrics.get("p99_e2e_s", math.nan)
+        v = r.metrics.get(self.metric, math.nan)
         if r.launched and r.started and not r.early_stopped and r.flags and math.isfinite(v):
             self._runs.setdefault(config_key(r.flags), []).append(v)
 
@@ -57,11 +61,21 @@ class RunSpread:
         return pooled_relative_sd([g for g in self._runs.values() if len(g) > 1])[0]
 
 
+def spread_metric(space: SearchSpace) -> str:
+    """The objective whose run-to-run spread sets the stop margin: the first one the rule
+    bounds with a margin (a latency percentile); p99_e2e_s when there is none."""
+    for o in space.objectives:
+        b = bound_of(o.metric, o.direction)
+        if b is not None and b.noisy:
+            return o.metric
+    return "p99_e2e_s"
+
+
 ASSUMED_RUN_SD = 0.05  # one run's relative p99 spread until the study has repeats to measure it
 
 
 def stop_margin(run_sd: float) -> float:
-    """How much worse than a front point a trial's p99 bound must be before it stops: the
+    """How much worse than a front point a trial's latency bound must be before it stops: the
     rule's 5 %, widened to two of one run's relative spreads. A front point is a single run
     too, partly luck: with runs 10 % apart, a 5 % margin stops configs as good as the front."""
     sd = ASSUMED_RUN_SD if math.isnan(run_sd) else run_sd
