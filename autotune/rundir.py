@@ -5,7 +5,7 @@
       mlflow.db        MLflow tracking store (default)
       space.yaml       the space the study was created with
       trials/<n>/      flags.yaml, requests.csv, result.json; server.log, gpu_timeline.json and
-                       metrics_snapshots.json when the backend produced them (study/trial_files.py)
+                       metrics_snapshots.json when the backend produced them (study/loop/trial_files.py)
       plots/           pareto.png, history.png
 """
 

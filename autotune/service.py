@@ -1,6 +1,6 @@
 """`autotune run` assembled: the default Ray worker pool, the callbacks, the run directory.
 
-The trial loop (autotune.study.driver) is given everything it works with; this module
+The trial loop (autotune.study.loop.driver) is given everything it works with; this module
 decides what that is for a real run: a study in the run directory's storage (or the
 space's), Ray actors on GPU groups, trial files, MLflow and progress output. Everything
 that can refuse the run is checked before anything is written.
@@ -28,16 +28,12 @@ from autotune.errors import UserError, no_space_error
 from autotune.rundir import RunDir
 from autotune.security import mask_env, mask_url, secret_values
 from autotune.space import SearchSpace, space_fingerprint
-from autotune.study.callbacks import Callback
-from autotune.study.confirm import budget_note
-from autotune.study.driver import TrialLoop
-from autotune.study.opening import open_study
-from autotune.study.pareto import pareto_numbers
-from autotune.study.progress import MODES, Progress
-from autotune.study.record import records
-from autotune.study.samplers import make_sampler
-from autotune.study.storage import check_url, expand_url, storage_from_url
-from autotune.study.trial_files import TrialFiles
+from autotune.study.analysis import pareto_numbers
+from autotune.study.display import MODES, Progress
+from autotune.study.loop import Callback, TrialFiles, TrialLoop, open_study
+from autotune.study.search import budget_note, make_sampler
+from autotune.study.storages import check_url, expand_url, storage_from_url
+from autotune.study.trials import records
 from autotune.tracking.callback import MlflowLogger
 from autotune.workers.cluster import ClusterInfo, connect, disconnect, plan_workers
 from autotune.workers.pool import WorkerPool

@@ -13,7 +13,7 @@ import optuna
 from mlflow.tracking import MlflowClient
 
 from autotune.metrics import get
-from autotune.study.record import records
+from autotune.study.trials.record import records
 
 
 def check_surfaces(out: Path, study_name: str, metric: str, slo_metric: str, status_json: str,

@@ -20,7 +20,7 @@ from autotune.calibrate.stages import StageResult, memory_stage, oom_stage, spee
 from autotune.deploy import NOMINAL, SimProfile, plan_startup, resolve_deployment
 from autotune.errors import UserError
 from autotune.space import SearchSpace
-from autotune.study.record import TrialRecord
+from autotune.study.trials import TrialRecord
 
 # The fit needs a few engines that started; the error needs at least one it did not see.
 MIN_FITTED = 3

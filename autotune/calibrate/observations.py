@@ -15,8 +15,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autotune.study.record import State, TrialRecord
-from autotune.study.stats import pooled_log_sd
+from autotune.study.analysis import pooled_log_sd
+from autotune.study.trials import State, TrialRecord
 
 # Latency metrics fitted and their log-space spread per measurement before a study has
 # repeats to measure it (latency_spread): the simulator's per-start speed noise (about 3 %,

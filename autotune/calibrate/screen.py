@@ -1,6 +1,6 @@
 """The screen's model: autotune's simulator, recalibrated from the study's measured trials.
 
-:class:`SimModel` is the :class:`autotune.study.screening.ConfigModel` the screen ranks
+:class:`SimModel` is the :class:`autotune.study.search.screening.ConfigModel` the screen ranks
 candidates with: a short noise-free simulated benchmark of each candidate under autotune's
 own model profile (``study.strategy.model_profile``; never ``engine.sim_profile``, which is
 the physics a sim backend runs). With ``model_profile: calibrated`` the profile is refitted
@@ -9,7 +9,7 @@ first trials launched in multiples of that, so a resumed study refits to the sam
 
 :func:`screen_wrapper` is what stands in front of ``study.sampler``'s sampler: the screen when
 ``study.strategy.screen`` is on, the sweep when ``study.strategy.sweep`` is. It is a
-:data:`autotune.study.samplers.SamplerWrapper`; ``make_sampler(name, space, seed,
+:data:`autotune.study.search.samplers.SamplerWrapper`; ``make_sampler(name, space, seed,
 wrap=screen_wrapper)`` builds the sampler a study runs with.
 """
 
@@ -26,9 +26,8 @@ from autotune.calibrate.model import simulate
 from autotune.deploy import SimProfile, known_gpus, resolve_model
 from autotune.errors import UserError
 from autotune.space import SearchSpace
-from autotune.study.record import TrialRecord
-from autotune.study.screening import ScreeningSampler
-from autotune.study.sweep import SweepSampler
+from autotune.study.search import ScreeningSampler, SweepSampler
+from autotune.study.trials import TrialRecord
 
 
 class SimModel:

@@ -2,7 +2,7 @@
 
 1. **memory**: the KV cache size each engine reported at startup (and each startup that
    failed for lack of KV memory) against the startup memory model, microseconds per
-   evaluation. The same fit pruning learns from (:class:`autotune.study.pruning.MemoryModel`).
+   evaluation. The same fit pruning learns from (:class:`autotune.study.search.pruning.MemoryModel`).
 2. **startup**: the startup times against the model's startup-time sum.
 3. **speed**: latencies (p99 and p50 end-to-end, TPOT, p50 TTFT) against the simulator
    run on the measured configs, with the memory constants already fitted (the KV capacity
@@ -28,9 +28,8 @@ from autotune.calibrate import observations as obs
 from autotune.calibrate.model import ShortBenchmark
 from autotune.deploy import SimProfile, plan_startup
 from autotune.space import SearchSpace
-from autotune.study import fitting
-from autotune.study.pruning import MEMORY_CONSTANTS, MemoryModel, startup_observations
-from autotune.study.record import TrialRecord
+from autotune.study.search import MEMORY_CONSTANTS, MemoryModel, fitting, startup_observations
+from autotune.study.trials import TrialRecord
 
 STARTUP_CONSTANTS = ("process_start_s", "load_gb_s", "profile_s", "compile_s", "capture_s_per_size")
 SPEED_CONSTANTS = ("compute_eff", "hbm_eff", "link_eff", "link_latency_scale", "nccl_latency_us", "eager_launch_us",

@@ -13,7 +13,7 @@ from autotune.cli.common import find_run_dir, open_study, saved_space
 from autotune.deploy import SimProfile
 from autotune.errors import UserError
 from autotune.space.loader import parse_space
-from autotune.study.record import records
+from autotune.study.trials import records
 
 PROFILE_FILE = "sim_profile.yaml"
 REPORT_FILE = "calibration.json"

@@ -10,7 +10,7 @@ import optuna
 from autotune.errors import UserError
 from autotune.rundir import RunDir
 from autotune.space.loader import read_yaml
-from autotune.study.storage import check_sqlite_file, expand_url, sqlite_path, storage_from_url
+from autotune.study.storages import check_sqlite_file, expand_url, sqlite_path, storage_from_url
 
 
 def find_run_dir(out: Path | None) -> RunDir:

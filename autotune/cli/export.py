@@ -15,10 +15,10 @@ from autotune.export.header import evidence_lines, oom_line, ranked_summary
 from autotune.export.k8s import VLLM_IMAGE, k8s_manifests
 from autotune.export.vllm_config import header, serve_command, write_atomic, write_config
 from autotune.space.loader import parse_space
-from autotune.study.confirm import budget_note
-from autotune.study.evidence import SHOWN_METRICS
-from autotune.study.export_rule import DEFAULT_MAX_OOM_PER_1K, SHOWN, Ranking, choose, study_evidence
-from autotune.study.record import records
+from autotune.study.analysis import SHOWN_METRICS
+from autotune.study.analysis.export_rule import DEFAULT_MAX_OOM_PER_1K, SHOWN, Ranking, choose, study_evidence
+from autotune.study.search import budget_note
+from autotune.study.trials import records
 
 FORMATS = ("vllm", "k8s")
 DEFAULT_FILE = {"vllm": "vllm_config.yaml", "k8s": "k8s.yaml"}

@@ -13,7 +13,7 @@ from autotune.cli.app import app
 from autotune.errors import UserError
 from autotune.rundir import RunDir, study_name_problem
 from autotune.space import SearchSpace, load_space
-from autotune.study.samplers import SAMPLERS
+from autotune.study.search import SAMPLERS
 
 
 @app.command()
@@ -36,7 +36,7 @@ def run(
 ) -> None:
     """Run (or resume) a multi-objective study: minimise OOMs per 1000 requests and p99 latency."""
     from autotune.service import RunOptions, run_study, study_name_for
-    from autotune.study.confirm import budget_note
+    from autotune.study.search import budget_note
 
     if trials is not None and trials <= 0:
         raise UserError(f"--trials {trials}: must be at least 1")
@@ -52,7 +52,7 @@ def run(
     if sampler is not None:
         sp = sp.model_copy(update={"study": sp.study.model_copy(update={"sampler": sampler})})
     _check_study_name(study_name_for(sp, space, study), study, sp, space)
-    from autotune.study.validate import validate_for_backend
+    from autotune.study.loop import validate_for_backend
 
     validate_for_backend(sp)
     opts = RunOptions(out=out, study_name=study, trials=trials, workers=workers, seed=seed, address=address,

@@ -2,9 +2,9 @@
 Pareto front, and the statistics of every config measured more than once (docs/status.md
 explains every word it prints).
 
-The recommended config is the export rule's pick (autotune/study/export_rule.py), the one
+The recommended config is the export rule's pick (autotune/study/analysis/export_rule.py), the one
 `autotune export` writes and MLflow tags: one answer to "which config?". The Pareto front is
-the one people are shown everywhere (autotune/study/pareto.py): configs at the mean of their
+the one people are shown everywhere (autotune/study/analysis/pareto.py): configs at the mean of their
 full runs.
 
 The table fits the terminal (``COLUMNS``, else its width, else 80): long cells wrap at
@@ -36,11 +36,18 @@ from autotune.metrics import get as get_metric
 from autotune.rundir import RunDir
 from autotune.space import SearchSpace
 from autotune.space.loader import parse_space
-from autotune.study.confirm import budget_note
-from autotune.study.evidence import ConfigEvidence, summarize
-from autotune.study.export_rule import LATENCY, Choice, Ranking, recommendation
-from autotune.study.pareto import FrontPoint, config_front
-from autotune.study.record import State, TrialRecord, records
+from autotune.study.analysis import (
+    LATENCY,
+    Choice,
+    ConfigEvidence,
+    FrontPoint,
+    Ranking,
+    config_front,
+    recommendation,
+    summarize,
+)
+from autotune.study.search import budget_note
+from autotune.study.trials import State, TrialRecord, records
 from autotune.tracking.naming import abbreviations, flags_label
 
 # Width when the output is neither a terminal nor given COLUMNS (a file, a pipe to grep):

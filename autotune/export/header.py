@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 
 from autotune.metrics import display
-from autotune.study.evidence import ConfigEvidence, StudyEvidence
-from autotune.study.export_rule import DEFAULT_MAX_OOM_PER_1K, LATENCY, SHOWN, Choice
+from autotune.study.analysis import ConfigEvidence, StudyEvidence
+from autotune.study.analysis.export_rule import DEFAULT_MAX_OOM_PER_1K, LATENCY, SHOWN, Choice
 
 
 def evidence_lines(choice: Choice, study: StudyEvidence, max_oom_per_1k: float, min_headroom_gib: float) -> list[str]:

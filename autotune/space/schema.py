@@ -307,7 +307,7 @@ class StrategySection(_Strict):
     screen_candidates: int = Field(default=8, ge=2)  # candidates drawn per launch
     screen_requests: int = Field(default=300, ge=50)  # requests per screening simulation
     recalibrate_every: int = Field(default=10, ge=1)  # launched trials between recalibrations
-    # The sweep (study/sweep.py): before each sampled trial the model ranks a pool of the
+    # The sweep (study/search/sweep.py): before each sampled trial the model ranks a pool of the
     # space's configs, a GP learns the model's error from the measurements, and the best
     # optimistic corrected config launches; the sampler (screened) takes over where the
     # model proves wrong. Samplers autotune, tpe and random, like the screen.

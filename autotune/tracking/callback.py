@@ -19,10 +19,9 @@ from optuna.trial import TrialState
 
 from autotune.results import TrialResult
 from autotune.rundir import RunDir
-from autotune.study.callbacks import Callback, StudyContext
-from autotune.study.pareto import pareto_numbers
-from autotune.study.record import Role, TrialRecord, records
-from autotune.study.trial_files import existing_files
+from autotune.study.analysis import pareto_numbers
+from autotune.study.loop import Callback, StudyContext, existing_files
+from autotune.study.trials import Role, TrialRecord, records
 from autotune.tracking.mlflow_tracker import DRIVER_TAG, MlflowTracker
 from autotune.tracking.report import tag_recommendation, trial_log, write_plots
 from autotune.tracking.views import experiment_tags

@@ -38,7 +38,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 logging.getLogger("mlflow").setLevel(logging.WARNING)
 logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
-from autotune.study.storage import sqlite_path  # noqa: E402
+from autotune.study.storages.storage import sqlite_path  # noqa: E402
 from autotune.tracking.naming import for_people  # noqa: E402
 from autotune.tracking.views import COMPARE_TAG, DESCRIPTION_TAG, KIND_TAG, run_path  # noqa: E402
 

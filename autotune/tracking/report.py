@@ -16,10 +16,15 @@ from autotune.formatting import number
 from autotune.metrics import display
 from autotune.rundir import RunDir
 from autotune.space import SearchSpace
-from autotune.study.evidence import OOM_METRIC, ConfigEvidence
-from autotune.study.export_rule import Ranking, recommendation, study_evidence
-from autotune.study.pareto import pareto_numbers
-from autotune.study.record import Role, State, TrialRecord, records
+from autotune.study.analysis import (
+    OOM_METRIC,
+    ConfigEvidence,
+    Ranking,
+    pareto_numbers,
+    recommendation,
+    study_evidence,
+)
+from autotune.study.trials import Role, State, TrialRecord, records
 from autotune.tracking.mlflow_tracker import MlflowTracker, TrialLog
 from autotune.tracking.naming import abbreviations, flags_label
 from autotune.tracking.plots import PlotPoint, history_plot, pareto_plot

@@ -1,6 +1,6 @@
 """A pool of trial workers that keeps every worker busy and survives worker deaths.
 
-The trial loop's default pool (it implements autotune.study.pool.WorkerPool): one Ray
+The trial loop's default pool (it implements autotune.study.loop.pool.WorkerPool): one Ray
 actor per GPU group.
 
 Given a progress sink (``set_progress_sink``, by the trial loop), ``wait`` also polls each

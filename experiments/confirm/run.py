@@ -10,7 +10,7 @@ on a simulated 4-worker clock), seed by seed, in three arms:
 * ``confirm``: the default, 34 sampled trials + 3 finalists x 2 repeats = 40 (same budget);
 * ``confirm+6``: 40 sampled trials (the same search as ``none``) + 6 repeats = 46.
 
-Each study's exported config is the export rule's choice (autotune.study.export_rule,
+Each study's exported config is the export rule's choice (autotune.study.analysis.export_rule,
 limit 1 OOM per 1000, margin 1 GiB). "Truly" means with the noise off (SimProfile.noise
 False, the simulator's ground-truth switch): the exported config's noise-free p99 against
 the best noise-free p99 of any config that serves with 0 OOMs, over a grid of the space's
@@ -37,9 +37,9 @@ sys.path.insert(0, str(ROOT))
 from autotune.deploy import NOMINAL  # noqa: E402
 from autotune.sim import simulate_trial  # noqa: E402
 from autotune.space import SearchSpace, load_space  # noqa: E402
-from autotune.study.export_rule import SHOWN, choose_for_export  # noqa: E402
-from autotune.study.headroom import headroom  # noqa: E402
-from autotune.study.record import Role, records  # noqa: E402
+from autotune.study.analysis.export_rule import SHOWN, choose_for_export  # noqa: E402
+from autotune.study.analysis.headroom import headroom  # noqa: E402
+from autotune.study.trials.record import Role, records  # noqa: E402
 from experiments.search import harness as H  # noqa: E402
 
 SPACE = ROOT / "search_spaces" / "qwen72b.yaml"

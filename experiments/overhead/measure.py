@@ -55,14 +55,14 @@ from autotune.backends.base import TrialRequest  # noqa: E402
 from autotune.results import TrialResult  # noqa: E402
 from autotune.rundir import RunDir  # noqa: E402
 from autotune.space import SearchSpace, load_space  # noqa: E402
-from autotune.study.callbacks import Callback, StudyContext  # noqa: E402
-from autotune.study.driver import TrialLoop  # noqa: E402
-from autotune.study.opening import open_study  # noqa: E402
-from autotune.study.pool import FinishedTrial, WorkerPool  # noqa: E402
-from autotune.study.record import State, TrialRecord  # noqa: E402
-from autotune.study.samplers import make_sampler  # noqa: E402
-from autotune.study.storage import storage_from_url  # noqa: E402
-from autotune.study.trial_files import TrialFiles  # noqa: E402
+from autotune.study.loop.callbacks import Callback, StudyContext  # noqa: E402
+from autotune.study.loop.driver import TrialLoop  # noqa: E402
+from autotune.study.loop.opening import open_study  # noqa: E402
+from autotune.study.loop.pool import FinishedTrial, WorkerPool  # noqa: E402
+from autotune.study.loop.trial_files import TrialFiles  # noqa: E402
+from autotune.study.search.samplers import make_sampler  # noqa: E402
+from autotune.study.storages.storage import storage_from_url  # noqa: E402
+from autotune.study.trials.record import State, TrialRecord  # noqa: E402
 from autotune.tracking.callback import MlflowLogger  # noqa: E402
 from autotune.workers.pool import WorkerPool as RayWorkerPool  # noqa: E402
 

@@ -23,9 +23,8 @@ from typing import Any
 import optuna
 
 from autotune.space import SearchSpace
-from autotune.study.driver import TrialLoop
-from autotune.study.opening import open_study
-from autotune.study.record import Role, enqueue_attrs, records
+from autotune.study.loop import TrialLoop, open_study
+from autotune.study.trials import Role, enqueue_attrs, records
 from experiments.reality_gap.strategies import AUTO_TUNE_BATCHED_TOKENS, AUTO_TUNE_GMU, AUTO_TUNE_SEQS
 from experiments.search.harness import SimClockPool
 

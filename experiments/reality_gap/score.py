@@ -3,7 +3,7 @@
 Everything is judged by the truth's noise-free values (:class:`experiments.reality_gap.truth.Truth`),
 never by the study's own measurements, so a lucky measurement earns nothing.
 
-* **Export**: autotune's export rule (``autotune.study.export_rule``: the confirmed and
+* **Export**: autotune's export rule (``autotune.study.analysis.export_rule``: the confirmed and
   OOM-shown configs first, lowest p99 upper bound, headroom margin) with the OOM limit of 1
   per 1000, for every strategy alike: what a user of that study would deploy.
 * **GPU-hours**: a worker holds its GPUs (2 for a TP 2 engine) for a trial's ``gpu_time_s``
@@ -28,13 +28,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.space import SearchSpace
-from autotune.study.evidence import ConfigEvidence, config_key, summarize
-from autotune.study.export_rule import Ranking, choose
-from autotune.study.record import Role, State, TrialRecord
+from autotune.study.analysis import ConfigEvidence, Ranking, choose, config_key, summarize
+from autotune.study.trials import Role, State, TrialRecord
 from experiments.reality_gap.truth import OOM_LIMIT
 from experiments.search.harness import Dispatch
 
-PRUNED = "predicted startup failure"  # how the pruning's rejection reasons begin (study/pruning.py)
+PRUNED = "predicted startup failure"  # how the pruning's rejection reasons begin (study/search/pruning.py)
 WARM_START = (Role.BASELINE, Role.REFERENCE)
 
 

@@ -19,10 +19,9 @@ import optuna
 
 from autotune.calibrate import screen_wrapper
 from autotune.space import SearchSpace
-from autotune.study.driver import TrialLoop
-from autotune.study.opening import open_study
-from autotune.study.record import TrialRecord, records
-from autotune.study.samplers import make_sampler
+from autotune.study.loop import TrialLoop, open_study
+from autotune.study.search import make_sampler
+from autotune.study.trials import TrialRecord, records
 from experiments.search.harness import SimClockPool
 
 WORKERS = 4  # GPU workers (pairs for TP 2) the team runs trials on in parallel

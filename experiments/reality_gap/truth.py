@@ -129,7 +129,7 @@ class Truth:
 
     def params(self, flags: Mapping[str, Any]) -> dict[str, Any]:
         """The scenario's searched flags of a config as it ran (vLLM's default where unset)."""
-        from autotune.study.seeding import baseline_params
+        from autotune.study.search import baseline_params
 
         defaults = baseline_params(self.space)
         return {k: flags.get(k, defaults.get(k)) for k in self.space.params}

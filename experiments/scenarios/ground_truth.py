@@ -59,7 +59,7 @@ from autotune.deploy import SimProfile, predict_startup  # noqa: E402
 from autotune.sim import simulate_trial  # noqa: E402
 from autotune.sim.quirks import NONE, Quirks  # noqa: E402
 from autotune.space import SearchSpace, load_space, space_fingerprint  # noqa: E402
-from autotune.study.params import check_constraints  # noqa: E402
+from autotune.study.trials.params import check_constraints  # noqa: E402
 from experiments.scenarios import grids  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

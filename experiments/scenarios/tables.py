@@ -2,7 +2,7 @@
 
     .venv/bin/python -m experiments.scenarios.tables [--seeds 20] [--jobs 2]   # writes results.md / .json
 
-"vLLM's defaults" is the study's baseline trial (autotune.study.seeding.baseline_params: every
+"vLLM's defaults" is the study's baseline trial (autotune.study.search.seeding.baseline_params: every
 searched flag at the value vLLM resolves on the scenario's GPU, with the space's fixed flags
 and engine.env). "Best" is the ground truth's target: the grid config with the best main
 objective among those with <= 1 OOM per 1000 (data/NAME/, from ground_truth.py). Both are
@@ -26,7 +26,7 @@ if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from autotune.space import load_space  # noqa: E402
-from autotune.study.seeding import baseline_params  # noqa: E402
+from autotune.study.search.seeding import baseline_params  # noqa: E402
 from experiments.scenarios import ground_truth as G  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

@@ -14,7 +14,7 @@ from typing import Any
 
 from autotune.engine import resolve_defaults
 from autotune.space import SearchSpace, load_space
-from autotune.study.hardware import gpu_memory_gib
+from autotune.study.search import gpu_memory_gib
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

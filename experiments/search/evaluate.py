@@ -23,7 +23,7 @@ from typing import Any
 
 import optuna
 
-from autotune.study.record import Role, State, TrialRecord, records
+from autotune.study.trials import Role, State, TrialRecord, records
 from experiments.search import common as C
 
 GATE_P99 = 1.15

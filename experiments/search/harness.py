@@ -1,7 +1,7 @@
 """Run one study through autotune's trial loop, in-process, on a simulated clock.
 
-The search itself is autotune's own code, unchanged: ``autotune.study.opening.open_study``
-(the warm start) and ``autotune.study.driver.TrialLoop`` (ask -> suggest_params ->
+The search itself is autotune's own code, unchanged: ``autotune.study.loop.opening.open_study``
+(the warm start) and ``autotune.study.loop.driver.TrialLoop`` (ask -> suggest_params ->
 declarative constraints -> strategy.prune_reason -> reject/tell; strategy.early_stop_rule
 at dispatch; constraints and objective values told to Optuna). The loop is given:
 
@@ -31,9 +31,8 @@ from autotune.backends.base import TrialRequest
 from autotune.backends.sim import SimBackend
 from autotune.results import TrialResult
 from autotune.space import SearchSpace
-from autotune.study.driver import TrialLoop
-from autotune.study.opening import open_study
-from autotune.study.samplers import make_sampler
+from autotune.study.loop import TrialLoop, open_study
+from autotune.study.search import make_sampler
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

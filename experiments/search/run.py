@@ -81,7 +81,7 @@ _TRUTH = None
 
 def _job(args: tuple[str, int, int, int]) -> dict[str, Any]:
     global _TRUTH
-    from autotune.study.record import records
+    from autotune.study.trials import records
     from experiments.search import evaluate as E
     from experiments.search import harness as H
 

@@ -69,6 +69,24 @@ def module_edges(root: Path = ROOT) -> dict[tuple[str, str], set[str]]:
     return edges
 
 
+# The study's subpackages, lowest first: each may import only those before it (and itself).
+STUDY_LAYERS = ("trials", "analysis", "storages", "search", "loop", "display")
+
+
+def study_edges(root: Path = ROOT) -> dict[tuple[str, str], set[str]]:
+    """(study subpackage, study subpackage it imports) -> the files that make that edge. A
+    module at the top of autotune/study (its __init__) counts as the subpackage ``__init__``."""
+    edges: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for path in sorted((root / "study").rglob("*.py")):
+        rel = path.relative_to(root / "study").parts
+        src = rel[0] if len(rel) > 1 else "__init__"
+        for name in imports_of(path):
+            parts = name.split(".")
+            if parts[:2] == ["autotune", "study"] and len(parts) > 2 and parts[2] != src:
+                edges[(src, parts[2])].add(str(path.relative_to(root.parent)))
+    return edges
+
+
 def internal_edges(root: Path = ROOT) -> set[tuple[str, str]]:
     return {(a, b) for a, b in module_edges(root) if b not in THIRD_PARTY}
 

@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.architecture.import_graph import NEUTRAL, ROOT, THIRD_PARTY, internal_edges, mermaid, module_edges
+from tests.architecture.import_graph import (
+    NEUTRAL,
+    ROOT,
+    STUDY_LAYERS,
+    THIRD_PARTY,
+    internal_edges,
+    mermaid,
+    module_edges,
+    study_edges,
+)
 
 ALLOWED: dict[str, set[str]] = {
     **{unit: NEUTRAL for unit in NEUTRAL},
@@ -69,9 +78,9 @@ def test_no_import_arrow_the_architecture_does_not_allow():
 
 @pytest.mark.parametrize("planted", [
     "from autotune import study",
-    "import autotune.study.driver",
+    "import autotune.study.loop.driver",
     "from autotune.study import driver",
-    "import importlib\nimportlib.import_module('autotune.study.driver')",
+    "import importlib\nimportlib.import_module('autotune.study.loop.driver')",
     "from importlib import import_module\nimport_module('autotune.tracking')",
     "__import__('autotune.backends.sim')",
     "import optuna",
@@ -85,6 +94,55 @@ def test_every_form_of_import_is_seen(tmp_path, planted):
     hazard.write_text(hazard.read_text() + "\n\ndef _planted():\n" + textwrap.indent(planted, "    ") + "\n")
     bad = violations(copy)
     assert any(b.startswith("sim -> ") and "sim/hazard.py" in b for b in bad), bad
+
+
+def study_violations(root=None) -> list[str]:
+    """Arrows between the study's subpackages that point up the layers (STUDY_LAYERS)."""
+    bad = []
+    for (src, dst), files in sorted((study_edges(root) if root is not None else study_edges()).items()):
+        if src == "__init__":
+            continue  # the package's docstring-only __init__ may name any subpackage
+        if src not in STUDY_LAYERS or dst not in STUDY_LAYERS:
+            bad.append(f"study.{src} -> study.{dst}: not a subpackage of docs/architecture.md ({', '.join(sorted(files))})")
+        elif STUDY_LAYERS.index(dst) > STUDY_LAYERS.index(src):
+            bad.append(f"study.{src} -> study.{dst} ({', '.join(sorted(files))})")
+    return bad
+
+
+def test_study_subpackages_import_only_lower_layers():
+    bad = study_violations()
+    assert not bad, "imports against the study's layers:\n" + "\n".join(bad)
+
+
+def test_every_study_module_is_in_a_subpackage():
+    top = [p.name for p in (ROOT / "study").glob("*.py") if p.name != "__init__.py"]
+    assert not top, f"modules at the top of autotune/study (put each in its subpackage): {top}"
+    assert {p.name for p in (ROOT / "study").iterdir() if p.is_dir() and p.name != "__pycache__"} == set(STUDY_LAYERS)
+
+
+@pytest.mark.parametrize("planted", [
+    "from autotune.study.loop import TrialLoop",
+    "import autotune.study.search.strategy",
+    "import importlib\nimportlib.import_module('autotune.study.display.progress')",
+])
+def test_an_upward_study_import_fails(tmp_path, planted):
+    """The analysis layer reading the loop (or search, or the display) is caught in every form."""
+    copy = tmp_path / "autotune"
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    target = copy / "study" / "analysis" / "stats.py"
+    target.write_text(target.read_text() + "\n\ndef _planted():\n" + textwrap.indent(planted, "    ") + "\n")
+    bad = study_violations(copy)
+    assert any(b.startswith("study.analysis -> ") and "analysis/stats.py" in b for b in bad), bad
+
+
+def test_each_study_subpackage_exports_a_curated_surface():
+    """Each subpackage's __init__ names its public API in __all__, and every name resolves."""
+    import importlib
+
+    for sub in STUDY_LAYERS:
+        mod = importlib.import_module(f"autotune.study.{sub}")
+        names = getattr(mod, "__all__", None)
+        assert names and all(hasattr(mod, n) and not n.startswith("_") for n in names), sub
 
 
 def test_study_sees_only_the_backend_interface():

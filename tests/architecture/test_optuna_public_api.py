@@ -69,7 +69,7 @@ def test_the_private_methods_the_retrying_storage_wraps_still_exist():
     """The one deliberate exception: the retrying storage must also retry the private methods
     Optuna's cache layer calls on an RDBStorage directly, or those calls would escape the
     retries. If a release renames them, this fails instead of retries silently lapsing."""
-    from autotune.study.storage import _RETRIED
+    from autotune.study.storages.storage import _RETRIED
 
     missing = {n for n in _private(_RETRIED) if not callable(getattr(optuna.storages.RDBStorage, n, None))}
     assert missing == set()

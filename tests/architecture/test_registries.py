@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from autotune.backend_kinds import BACKEND_KINDS, BACKEND_NAMES, is_simulated, needs_gpus
 from autotune.backends.registry import BACKENDS, get_backend
 from autotune.space.schema import StudySection
-from autotune.study.samplers import SAMPLERS
+from autotune.study.search.samplers import SAMPLERS
 from autotune.workload import TRACE_FORMATS, TraceSource
 from autotune.workload.files import READERS
 

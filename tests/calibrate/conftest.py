@@ -11,10 +11,10 @@ import optuna
 from autotune.backends.sim import SimBackend
 from autotune.deploy import SimProfile
 from autotune.space import SearchSpace, load_space
-from autotune.study.driver import TrialLoop
-from autotune.study.opening import open_study
-from autotune.study.record import TrialRecord, records
-from autotune.study.samplers import make_sampler
+from autotune.study.loop.driver import TrialLoop
+from autotune.study.loop.opening import open_study
+from autotune.study.search.samplers import make_sampler
+from autotune.study.trials.record import TrialRecord, records
 from experiments.search.harness import SimClockPool
 from tests.conftest import REPO
 

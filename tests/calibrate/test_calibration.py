@@ -18,7 +18,7 @@ from autotune.calibrate.model import ShortBenchmark, simulate
 from autotune.calibrate.stages import SPEED_CONSTANTS
 from autotune.deploy import NOMINAL, plan_startup, resolve_deployment
 from autotune.errors import UserError
-from autotune.study.record import State, TrialRecord
+from autotune.study.trials.record import State, TrialRecord
 from tests.calibrate.conftest import qwen_space, run_against
 
 pytestmark = pytest.mark.slow  # servers, clusters or long simulations: not in the quick loop

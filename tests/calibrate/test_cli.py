@@ -14,9 +14,9 @@ import yaml
 from autotune.deploy import NOMINAL, SimProfile
 from autotune.rundir import RunDir
 from autotune.space.loader import parse_space
-from autotune.study.opening import open_study
-from autotune.study.samplers import make_sampler
-from autotune.study.storage import storage_from_url
+from autotune.study.loop.opening import open_study
+from autotune.study.search.samplers import make_sampler
+from autotune.study.storages.storage import storage_from_url
 from tests.calibrate.conftest import qwen_space, run_against
 from tests.conftest import run_cli
 

@@ -7,9 +7,9 @@ import pytest
 
 from autotune.calibrate.screen import screen_wrapper
 from autotune.space import load_space
-from autotune.study.samplers import make_sampler
-from autotune.study.screening import ScreeningSampler
-from autotune.study.sweep import SweepSampler
+from autotune.study.search.samplers import make_sampler
+from autotune.study.search.screening import ScreeningSampler
+from autotune.study.search.sweep import SweepSampler
 from tests.conftest import REPO
 
 

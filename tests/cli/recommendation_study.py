@@ -15,8 +15,8 @@ import yaml
 from optuna.distributions import IntDistribution
 
 from autotune.rundir import RunDir
-from autotune.study.record import BASELINE_NAME, Role, State, TrialRecord
-from autotune.study.storage import storage_from_url
+from autotune.study.storages.storage import storage_from_url
+from autotune.study.trials.record import BASELINE_NAME, Role, State, TrialRecord
 
 STUDY = "lucky"
 SPACE = {

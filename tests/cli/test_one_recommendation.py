@@ -11,9 +11,9 @@ import optuna
 from mlflow.tracking import MlflowClient
 
 from autotune.space.loader import load_space
-from autotune.study.callbacks import StudyContext, Tally
-from autotune.study.pareto import FrontCache
-from autotune.study.recovery import Coordinator
+from autotune.study.analysis.pareto import FrontCache
+from autotune.study.loop.callbacks import StudyContext, Tally
+from autotune.study.storages.recovery import Coordinator
 from autotune.tracking.callback import MlflowLogger
 from autotune.tracking.report import EVIDENCE_TAG, RECOMMENDED_TAG
 from autotune.tracking.views import COMPARE_TAG

@@ -12,7 +12,7 @@ from autotune.deploy import find_gpu, get_gpu, gpu_memory_gib, predict_startup
 from autotune.engine import resolve_defaults
 from autotune.errors import UserError
 from autotune.space import load_space
-from autotune.study.pruning import StartupPredictor
+from autotune.study.search.pruning import StartupPredictor
 from tests.conftest import with_setting
 
 REPO = Path(__file__).resolve().parents[2]

@@ -42,7 +42,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from autotune.study.record import State, TrialRecord
+from autotune.study.trials.record import State, TrialRecord
 from tests.integration.conftest import REPO
 from tests.multinode import procs
 from tests.multinode.fake_hub import FakeHub

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
-from autotune.study.progress import Progress
-from autotune.study.record import Role, State, TrialRecord
+from autotune.study.display.progress import Progress
+from autotune.study.trials.record import Role, State, TrialRecord
 from tests.progress.test_progress import slow_noop_space
 
 REASON = ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing "

@@ -20,11 +20,11 @@ from autotune.backends.base import Phase, TrialProgress
 from autotune.backends.vllm import VllmBackend
 from autotune.results import RequestStatus
 from autotune.space.schema import SearchSpace
-from autotune.study.callbacks import Callback, StudyContext, Tally
-from autotune.study.driver import TrialLoop
-from autotune.study.opening import open_study
-from autotune.study.progress import Progress, describe, duration, human
-from autotune.study.samplers import make_sampler
+from autotune.study.display.progress import Progress, describe, duration, human
+from autotune.study.loop.callbacks import Callback, StudyContext, Tally
+from autotune.study.loop.driver import TrialLoop
+from autotune.study.loop.opening import open_study
+from autotune.study.search.samplers import make_sampler
 from autotune.workers.pool import WorkerPool
 from autotune.workers.progress import ProgressTracker
 from tests.fakes.helpers import fake_request
@@ -139,7 +139,7 @@ def test_plain_prints_changes_at_once_and_the_rest_at_most_every_interval():
     space = slow_noop_space()
     study = optuna.create_study(directions=["minimize", "minimize"])
     prog.on_study_start(StudyContext(study, space, 3, Tally(), None, None))  # type: ignore[arg-type]
-    from autotune.study.record import State, TrialRecord
+    from autotune.study.trials.record import State, TrialRecord
 
     prog.on_trial_start(TrialRecord(5, State.RUNNING, params={"gpu_memory_utilization": UGLY, "max_num_seqs": 64}))
 

@@ -1,6 +1,6 @@
 """GPU-hours to 2 %, wrongly rejected and wasted launches, on hand-made trial sequences.
 
-The export rule applied along the way is the product's (autotune.study.export_rule); the
+The export rule applied along the way is the product's (autotune.study.analysis.export_rule); the
 "truth" here is a hand-written table of which configs are good.
 """
 
@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from autotune.study.record import Role, State, TrialRecord
+from autotune.study.trials.record import Role, State, TrialRecord
 from experiments.reality_gap import score as S
 from experiments.reality_gap.truth import scenario_space
 from experiments.search.harness import Dispatch

@@ -12,14 +12,14 @@ import autotune.calibrate.model as model_mod
 import autotune.calibrate.screen as screen_mod
 import autotune.calibrate.stages as stages_mod
 import autotune.sim.trial as trial_mod
-import autotune.study.headroom as headroom_mod
-import autotune.study.pruning as pruning_mod
+import autotune.study.analysis.headroom as headroom_mod
+import autotune.study.search.pruning as pruning_mod
 from autotune.backends.sim import SimBackend
 from autotune.deploy import NOMINAL, SimProfile, predict_startup
 from autotune.sim.quirks import NONE
-from autotune.study.export_rule import choose_for_export
-from autotune.study.screening import ScreeningSampler
-from autotune.study.sweep import SweepSampler
+from autotune.study.analysis.export_rule import choose_for_export
+from autotune.study.search.screening import ScreeningSampler
+from autotune.study.search.sweep import SweepSampler
 from experiments.reality_gap import families
 from experiments.reality_gap import score as S
 from experiments.reality_gap.strategies import variant

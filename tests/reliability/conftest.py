@@ -15,7 +15,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from autotune.study.recovery import RERUN_OF_LAUNCHED_ATTR
+from autotune.study.storages.recovery import RERUN_OF_LAUNCHED_ATTR
 from tests.conftest import AUTOTUNE, sqlite_study_ready
 
 DATA = Path(__file__).resolve().parents[1] / "data"

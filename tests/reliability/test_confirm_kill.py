@@ -18,7 +18,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.space import load_space
-from autotune.study.confirm import confirm_trials
+from autotune.study.search.confirm import confirm_trials
 from tests.reliability.conftest import (
     check_study,
     child_env,

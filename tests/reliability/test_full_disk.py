@@ -78,7 +78,7 @@ def _tell_fails(monkeypatch: pytest.MonkeyPatch, out: Path) -> None:
     """Optuna's tell of the 3rd finished trial: the trial stays RUNNING in storage."""
     from optuna.trial import TrialState
 
-    from autotune.study.storage import RetryingRDBStorage
+    from autotune.study.storages.storage import RetryingRDBStorage
 
     def fault(*_: Any, **__: Any) -> BaseException:
         err = StorageInternalError("An exception is raised during the commit. This typically happens due to "
@@ -116,7 +116,7 @@ def _artifact_fails(monkeypatch: pytest.MonkeyPatch, out: Path) -> None:
 
 def _trial_files_fail(monkeypatch: pytest.MonkeyPatch, out: Path) -> None:
     """The 3rd trial's files, half written (before Optuna is told)."""
-    from autotune.study import trial_files
+    from autotune.study.loop import trial_files
 
     real = trial_files.write_trial_files
 
@@ -179,7 +179,7 @@ def test_a_full_disk_is_one_line_and_a_resume_loses_nothing(fault, ray_cluster, 
 
     # The resume runs in this same process: the first driver's pid is alive, so say it is gone,
     # as it would be (its trials are orphans, its invocation run dead).
-    from autotune.study import recovery
+    from autotune.study.storages import recovery
 
     real_alive = recovery._pid_alive
     monkeypatch.setattr(recovery, "_pid_alive", lambda pid: pid != os.getpid() and real_alive(pid))

@@ -16,8 +16,8 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.security import mask_url
-from autotune.study.recovery import owner_of
-from autotune.study.storage import RetryingRDBStorage, is_transient, storage_from_url
+from autotune.study.storages.recovery import owner_of
+from autotune.study.storages.storage import RetryingRDBStorage, is_transient, storage_from_url
 from tests.reliability.conftest import (
     child_env,
     complete_values,

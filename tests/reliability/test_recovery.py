@@ -7,9 +7,9 @@ import socket
 import optuna
 from optuna.trial import TrialState
 
-from autotune.study.record import TrialRecord
-from autotune.study.recovery import DRIVER_ATTR, DriverId, recover_orphans
-from autotune.study.storage import storage_from_url
+from autotune.study.storages.recovery import DRIVER_ATTR, DriverId, recover_orphans
+from autotune.study.storages.storage import storage_from_url
+from autotune.study.trials.record import TrialRecord
 
 DEAD = f"{socket.gethostname()}:999999:deadbeef"  # same host, a pid that cannot exist
 
@@ -70,7 +70,7 @@ def test_live_drivers_trials_are_left_alone(tmp_path):
     other = DriverId.mine()  # this process is alive: its trials are not orphans
     t = study.ask()
     t.set_user_attr(DRIVER_ATTR, str(other))
-    from autotune.study.recovery import beat
+    from autotune.study.storages.recovery import beat
 
     beat(study, other)
     assert recover_orphans(study, DriverId(other.host, other.pid, "othertoken")) == []

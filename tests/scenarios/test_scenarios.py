@@ -14,7 +14,7 @@ import pytest
 from autotune.engine import is_unmodelled
 from autotune.sim import simulate_trial
 from autotune.space import load_space
-from autotune.study.seeding import baseline_params
+from autotune.study.search.seeding import baseline_params
 from autotune.workload import generate_trace
 from experiments.scenarios import grids
 from experiments.scenarios import ground_truth as G

@@ -15,8 +15,8 @@ import pytest
 from autotune.deploy import NOMINAL, SimProfile, plan_startup
 from autotune.results import FailureClass
 from autotune.space.schema import StrategySection
-from autotune.study.pruning import MemoryModel, StartupPredictor, startup_observations
-from autotune.study.record import Role, State, TrialRecord
+from autotune.study.search.pruning import MemoryModel, StartupPredictor, startup_observations
+from autotune.study.trials.record import Role, State, TrialRecord
 from experiments.search import common as C
 
 TRUTHS = range(12)
@@ -151,7 +151,7 @@ def test_learning_is_a_function_of_the_records_so_a_resumed_study_decides_alike(
 
 
 def test_the_plain_rule_and_roles_are_kept():
-    from autotune.study import strategy
+    from autotune.study.search import strategy
 
     sp = space(prune_learns_error=False)
     pred = StartupPredictor.for_space(sp)

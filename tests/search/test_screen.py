@@ -12,12 +12,12 @@ from autotune.backends.sim import SimBackend
 from autotune.calibrate import SimModel, screen_wrapper
 from autotune.deploy import NOMINAL
 from autotune.space.schema import ConfirmSection, StrategySection
-from autotune.study.driver import TrialLoop
-from autotune.study.opening import open_study
-from autotune.study.record import Role, State, records
-from autotune.study.samplers import make_sampler
-from autotune.study.screening import ScreeningSampler, score
-from autotune.study.sweep import SweepSampler
+from autotune.study.loop.driver import TrialLoop
+from autotune.study.loop.opening import open_study
+from autotune.study.search.samplers import make_sampler
+from autotune.study.search.screening import ScreeningSampler, score
+from autotune.study.search.sweep import SweepSampler
+from autotune.study.trials.record import Role, State, records
 from experiments.search import common as C
 from experiments.search.harness import SimClockPool
 from tests.calibrate.conftest import qwen_space, run_against

@@ -14,14 +14,14 @@ import pytest
 from autotune.early_stop import EarlyStopRule
 from autotune.sim import predict_startup, simulate_trial
 from autotune.space.schema import StrategySection
-from autotune.study.objectives import (
+from autotune.study.search.samplers import make_sampler
+from autotune.study.trials.objectives import (
     SERVING_CONSTRAINT,
     STARTUP_CONSTRAINT,
     constraint_values,
     objective_values,
 )
-from autotune.study.params import suggest_params
-from autotune.study.samplers import make_sampler
+from autotune.study.trials.params import suggest_params
 from experiments.search import common as C
 from experiments.search import evaluate as E
 from experiments.search import harness as H

@@ -12,7 +12,7 @@ from autotune.backends import ServerSpec, TrialRequest, get_backend
 from autotune.errors import UserError
 from autotune.results import TrialStatus
 from autotune.space import load_space
-from autotune.study.validate import validate_for_backend
+from autotune.study.loop.validate import validate_for_backend
 from tests.conftest import with_setting
 from tests.sim.conftest import A100, QWEN72B, chat_workload, qwen_flags
 from tests.sim.test_cli import SPACE, cli

@@ -17,7 +17,7 @@ import pytest
 
 from autotune.sim.trial import simulate_trial
 from autotune.space import load_space
-from autotune.study.stats import mean_interval, pooled_relative_sd
+from autotune.study.analysis.stats import mean_interval, pooled_relative_sd
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow  # servers, clusters or long simulations: not in the quick loop

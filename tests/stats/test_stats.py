@@ -1,4 +1,4 @@
-"""autotune.study.stats against published values, and the intervals' coverage with known truth.
+"""autotune.study.analysis.stats against published values, and the intervals' coverage with known truth.
 
 The coverage tests draw repeated "studies" from distributions whose true means are known and
 count how often the 95 % interval holds the truth: it must in 90-99 % of them (a seeded
@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from autotune.study.stats import (
+from autotune.study.analysis.stats import (
     beta_cdf,
     beta_quantile,
     clopper_pearson_upper,

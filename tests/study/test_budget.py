@@ -9,7 +9,7 @@ import json
 import pytest
 
 from autotune.space import load_space
-from autotune.study.confirm import budget_needed, budget_note, budget_plan
+from autotune.study.search.confirm import budget_needed, budget_note, budget_plan
 from tests.conftest import REPO, run_cli
 
 FLAGSHIP = REPO / "search_spaces" / "qwen72b.yaml"

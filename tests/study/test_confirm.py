@@ -18,13 +18,13 @@ import optuna
 from autotune.backends.base import TrialRequest
 from autotune.results import RequestRecord, TrialResult, TrialStatus
 from autotune.space.schema import SearchSpace
-from autotune.study.confirm import Kind, confirm_trials, next_step, race, search_quota
-from autotune.study.driver import TrialLoop
-from autotune.study.evidence import summarize
-from autotune.study.export_rule import DEFAULT_MAX_OOM_PER_1K, finalists
-from autotune.study.opening import open_study
-from autotune.study.record import Role, State, enqueue_attrs, records
-from autotune.study.samplers import make_sampler
+from autotune.study.analysis.evidence import summarize
+from autotune.study.analysis.export_rule import DEFAULT_MAX_OOM_PER_1K, finalists
+from autotune.study.loop.driver import TrialLoop
+from autotune.study.loop.opening import open_study
+from autotune.study.search.confirm import Kind, confirm_trials, next_step, race, search_quota
+from autotune.study.search.samplers import make_sampler
+from autotune.study.trials.record import Role, State, enqueue_attrs, records
 from tests.fakes.pools import InlinePool
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

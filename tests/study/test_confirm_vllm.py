@@ -16,11 +16,11 @@ import optuna
 
 from autotune.backends.vllm import VllmBackend
 from autotune.space.schema import SearchSpace
-from autotune.study.driver import TrialLoop
-from autotune.study.export_rule import MEASURED, choose_for_export
-from autotune.study.opening import open_study
-from autotune.study.record import Role, State, records
-from autotune.study.samplers import make_sampler
+from autotune.study.analysis.export_rule import MEASURED, choose_for_export
+from autotune.study.loop.driver import TrialLoop
+from autotune.study.loop.opening import open_study
+from autotune.study.search.samplers import make_sampler
+from autotune.study.trials.record import Role, State, records
 from tests.fakes.helpers import SHIM, fake_starts
 from tests.fakes.pools import InlinePool
 

@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 
 from autotune.service import RunOptions, run_study
 from autotune.space import load_space
-from autotune.study.pareto import pareto_numbers
+from autotune.study.analysis.pareto import pareto_numbers
 from tests.conftest import run_cli
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -69,7 +69,7 @@ def test_baseline_and_references_are_tagged(sim_study):
 
 def test_pareto_tags_match_the_config_front(sim_study):
     """The front people are shown (run summary, MLflow's pareto tag) is over configs at the
-    mean of their runs (study/pareto.py config_front), the same one `autotune status` shows."""
+    mean of their runs (study/analysis/pareto.py config_front), the same one `autotune status` shows."""
     summary, out = sim_study
     study = optuna.load_study(study_name=summary.study, storage=f"sqlite:///{out / 'optuna.db'}")
     front = set(pareto_numbers(study))
@@ -130,8 +130,8 @@ def test_status_json_and_export(sim_study, capsys, tmp_path):
 
 
 def test_export_rule_prefers_lowest_p99_within_oom_limit(sim_study):
-    from autotune.study.export_rule import Ranking, choose_for_export, study_evidence
-    from autotune.study.record import TrialRecord
+    from autotune.study.analysis.export_rule import Ranking, choose_for_export, study_evidence
+    from autotune.study.trials.record import TrialRecord
 
     summary, out = sim_study
     sp = load_space(DATA / "sim_small.yaml")

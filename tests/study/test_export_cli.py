@@ -15,10 +15,10 @@ import yaml
 from autotune.backends.sim import SimBackend
 from autotune.rundir import RunDir
 from autotune.space import load_space
-from autotune.study.driver import TrialLoop
-from autotune.study.opening import open_study
-from autotune.study.samplers import make_sampler
-from autotune.study.storage import storage_from_url
+from autotune.study.loop.driver import TrialLoop
+from autotune.study.loop.opening import open_study
+from autotune.study.search.samplers import make_sampler
+from autotune.study.storages.storage import storage_from_url
 from tests.conftest import REPO, run_cli
 from tests.study.test_confirm import two_workers
 

@@ -12,9 +12,9 @@ import pytest
 
 from autotune.export.header import engine_death_line, oom_line
 from autotune.space import load_space
-from autotune.study.evidence import summarize
-from autotune.study.export_rule import MEASURED, SHOWN, choose, choose_for_export, finalists
-from autotune.study.record import Role, State, TrialRecord, records
+from autotune.study.analysis.evidence import summarize
+from autotune.study.analysis.export_rule import MEASURED, SHOWN, choose, choose_for_export, finalists
+from autotune.study.trials.record import Role, State, TrialRecord, records
 from tests.conftest import REPO, with_setting
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import optuna
 
 from autotune.space.schema import SearchSpace
-from autotune.study.export_rule import choose_for_export
-from autotune.study.pareto import pareto_numbers
-from autotune.study.record import Role, State, TrialRecord
+from autotune.study.analysis.export_rule import choose_for_export
+from autotune.study.analysis.pareto import pareto_numbers
+from autotune.study.trials.record import Role, State, TrialRecord
 
 SPACE = SearchSpace.model_validate({
     "version": 1,

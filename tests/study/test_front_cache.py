@@ -6,8 +6,8 @@ import random
 
 import optuna
 
-from autotune.study.pareto import FrontCache, pareto_trials
-from autotune.study.record import TrialRecord
+from autotune.study.analysis.pareto import FrontCache, pareto_trials
+from autotune.study.trials.record import TrialRecord
 
 
 def test_incremental_front_matches_best_trials():

@@ -9,7 +9,7 @@ import yaml
 
 from autotune.service import RunOptions, run_study
 from autotune.space import load_space
-from autotune.study.record import records
+from autotune.study.trials.record import records
 from tests.conftest import run_cli
 from tests.metric_surfaces import check_surfaces
 from tests.study.test_e2e_run import DATA

@@ -16,9 +16,9 @@ from autotune.errors import UserError
 from autotune.results import RequestRecord, RequestStatus, TrialResult, TrialStatus
 from autotune.space import load_space
 from autotune.space.schema import Objective
-from autotune.study.objectives import penalty
-from autotune.study.strategy import early_stop_notice, early_stop_rule
-from autotune.study.validate import validate_for_backend
+from autotune.study.loop.validate import validate_for_backend
+from autotune.study.search.strategy import early_stop_notice, early_stop_rule
+from autotune.study.trials.objectives import penalty
 from tests.study.test_e2e_run import DATA
 from tests.study.test_space_schema import _with, _write
 

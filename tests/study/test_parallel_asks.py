@@ -10,7 +10,7 @@ import warnings
 import optuna
 
 from autotune.space.schema import SearchSpace
-from autotune.study.samplers import make_sampler
+from autotune.study.search.samplers import make_sampler
 
 SPACE = SearchSpace.model_validate({
     "version": 1,

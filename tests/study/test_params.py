@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 
 from autotune.space.schema import SearchSpace
-from autotune.study.params import check_constraints, suggest_params
+from autotune.study.trials.params import check_constraints, suggest_params
 
 
 def _space(**extra) -> SearchSpace:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from autotune.study.driver import _store
-from autotune.study.proposal import propose
-from autotune.study.pruning import StartupPredictor
-from autotune.study.record import Role, stored_trial
-from autotune.study.recovery import DRIVER_ATTR, DriverId, fail_and_requeue, recover_orphans
+from autotune.study.loop.driver import _store
+from autotune.study.search.proposal import propose
+from autotune.study.search.pruning import StartupPredictor
+from autotune.study.storages.recovery import DRIVER_ATTR, DriverId, fail_and_requeue, recover_orphans
+from autotune.study.trials.record import Role, stored_trial
 from experiments.search import common as C
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

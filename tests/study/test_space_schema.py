@@ -108,7 +108,7 @@ def test_the_documented_example_space_is_a_valid_sim_space():
     import re
 
     from autotune.space.loader import parse_space
-    from autotune.study.validate import validate_for_backend
+    from autotune.study.loop.validate import validate_for_backend
 
     doc = REPO / "docs" / "search_space.md"
     block = re.search(r"```yaml\n(.*?)```", doc.read_text(), re.S)

@@ -9,8 +9,8 @@ import yaml
 from optuna.distributions import FloatDistribution, IntDistribution
 
 from autotune.rundir import RunDir
-from autotune.study.record import Role, State, TrialRecord
-from autotune.study.storage import storage_from_url
+from autotune.study.storages.storage import storage_from_url
+from autotune.study.trials.record import Role, State, TrialRecord
 from tests.conftest import run_cli
 
 SAMPLED = {"gpu_memory_utilization": 0.9199999999999999, "max_num_batched_tokens": 2048}

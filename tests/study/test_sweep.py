@@ -1,4 +1,4 @@
-"""The sweep (study/sweep.py) and its residual GP (study/residual.py): simulate everything,
+"""The sweep (study/search/sweep.py) and its residual GP (study/search/residual.py): simulate everything,
 measure few. Small spaces, an in-process loop on the simulator or a model written here (the
 test says which); everything is SIMULATED, no wall-clock assertions."""
 
@@ -15,12 +15,12 @@ import pytest
 from autotune.calibrate import screen_wrapper
 from autotune.space import load_space
 from autotune.space.schema import ParamSpec, StrategySection
-from autotune.study.evidence import config_key
-from autotune.study.record import TrialRecord
-from autotune.study.residual import DEFAULT_RUN_SD, ResidualGP, encode, run_log_sd
-from autotune.study.samplers import make_sampler
-from autotune.study.screening import ScreeningSampler
-from autotune.study.sweep import SweepSampler, candidate_pool, param_values
+from autotune.study.analysis.evidence import config_key
+from autotune.study.search.residual import DEFAULT_RUN_SD, ResidualGP, encode, run_log_sd
+from autotune.study.search.samplers import make_sampler
+from autotune.study.search.screening import ScreeningSampler
+from autotune.study.search.sweep import SweepSampler, candidate_pool, param_values
+from autotune.study.trials.record import TrialRecord
 from experiments.scenarios.ground_truth import space_path
 from experiments.search import harness as H
 

@@ -17,14 +17,14 @@ from autotune.backends.base import TrialProgress, TrialRequest
 from autotune.backends.sim import SimBackend
 from autotune.results import FailureClass, RequestRecord, TrialResult, TrialStatus, startup_failure
 from autotune.space.schema import SearchSpace
-from autotune.study.callbacks import Callback, StudyContext
-from autotune.study.driver import TrialLoop
-from autotune.study.objectives import objective_values, penalty
-from autotune.study.opening import open_study
-from autotune.study.proposal import server_spec
-from autotune.study.record import Role, State, TrialRecord
-from autotune.study.samplers import make_sampler
-from autotune.study.storage import storage_from_url
+from autotune.study.loop.callbacks import Callback, StudyContext
+from autotune.study.loop.driver import TrialLoop
+from autotune.study.loop.opening import open_study
+from autotune.study.search.proposal import server_spec
+from autotune.study.search.samplers import make_sampler
+from autotune.study.storages.storage import storage_from_url
+from autotune.study.trials.objectives import objective_values, penalty
+from autotune.study.trials.record import Role, State, TrialRecord
 from tests.fakes.pools import InlinePool
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -6,7 +6,7 @@ import datetime as dt
 from pathlib import Path
 
 from autotune.space import load_space
-from autotune.study.record import Role, State, TrialRecord
+from autotune.study.trials.record import Role, State, TrialRecord
 from autotune.tracking.naming import abbreviations, flags_label, for_people
 from autotune.tracking.report import run_name, trial_log
 

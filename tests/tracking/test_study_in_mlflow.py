@@ -17,7 +17,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from autotune.space import load_space
-from autotune.study.record import TrialRecord
+from autotune.study.trials.record import TrialRecord
 from autotune.tracking.mlflow_tracker import REPEAT_RUN_TAG, REPEAT_TAG
 from autotune.tracking.report import run_name
 from autotune.tracking.views import COMPARE_TAG, DESCRIPTION_TAG, VIEW_TAG_PREFIX

@@ -12,8 +12,8 @@ import optuna
 
 from autotune.engine import resolve_defaults
 from autotune.space import SearchSpace
-from autotune.study.hardware import gpu_memory_gib
-from autotune.study.record import BASELINE_NAME, Role, enqueue_attrs
+from autotune.study.search.hardware import gpu_memory_gib
+from autotune.study.trials import BASELINE_NAME, Role, enqueue_attrs
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def baseline_params(space: SearchSpace) -> dict[str, Any]:
 def enqueue_warm_start(study: optuna.Study, space: SearchSpace, target: int | None = None) -> None:
     """The baseline, then the references that fit a budget of ``target`` trials (the
     space's ``study.trials`` by default): at most a quarter of it, in the file's order."""
-    from autotune.study.confirm import warm_start_references
+    from autotune.study.search.confirm import warm_start_references
 
     defaults = baseline_params(space)
     study.enqueue_trial(defaults, user_attrs=enqueue_attrs(Role.BASELINE, BASELINE_NAME))

@@ -28,7 +28,7 @@ import numpy as np
 
 from autotune.space import SearchSpace
 from autotune.space.schema import ParamSpec
-from autotune.study.stats import pooled_log_sd
+from autotune.study.analysis import pooled_log_sd
 
 DEFAULT_RUN_SD = 0.05  # log spread of one run before the study has repeats to measure it
 LENGTHS = (0.15, 0.25, 0.4, 0.6, 1.0)  # kernel lengths tried, in normalised param units

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.study.record import PROCESS_DIED, State, TrialRecord, enqueue_attrs, state_of
-from autotune.study.storage import with_retries
+from autotune.study.storages.storage import with_retries
+from autotune.study.trials import PROCESS_DIED, State, TrialRecord, enqueue_attrs, state_of
 
 DRIVER_ATTR = "autotune.driver"
 HEARTBEAT_PREFIX = "autotune.heartbeat:"

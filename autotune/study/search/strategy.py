@@ -6,7 +6,7 @@ Parts, each switchable in ``study.strategy`` so its effect can be measured
       ``prune_learns_error`` it learns the model's error from each startup and rejects only
       configs predicted to fail beyond that uncertainty (pruning.py);
   (b) crash-awareness: startup failures and SLO misses become Optuna constraints
-      (autotune/study/objectives.py), so constraint-aware samplers learn the boundary;
+      (autotune/study/trials/objectives.py), so constraint-aware samplers learn the boundary;
   (c) early stopping: a benchmark stops once the trial is dominated by the front, for any
       objectives the metric registry can bound (failure rates, latency percentiles);
   (d) warm start: the vLLM defaults and the references are measured first (seeding.py);
@@ -27,11 +27,9 @@ from optuna.trial import TrialState
 from autotune.early_stop import EarlyStopRule, unboundable
 from autotune.metrics import bound_of
 from autotune.space import SearchSpace
-from autotune.study.evidence import config_key
-from autotune.study.pareto import front_points
-from autotune.study.pruning import StartupPredictor
-from autotune.study.record import Role, TrialRecord, records
-from autotune.study.stats import pooled_relative_sd
+from autotune.study.analysis import config_key, front_points, pooled_relative_sd
+from autotune.study.search.pruning import StartupPredictor
+from autotune.study.trials import Role, TrialRecord, records
 
 
 class RunSpread:

@@ -14,8 +14,8 @@ import yaml
 
 from autotune.results import TrialResult
 from autotune.rundir import RunDir
-from autotune.study.callbacks import Callback
-from autotune.study.record import TrialRecord
+from autotune.study.loop.callbacks import Callback
+from autotune.study.trials import TrialRecord
 
 # Every file a trial may have, in the order they are logged.
 FILE_NAMES = ("flags.yaml", "requests.csv", "result.json", "server.log", "gpu_timeline.json", "metrics_snapshots.json")

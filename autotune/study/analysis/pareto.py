@@ -24,8 +24,8 @@ from optuna.study import StudyDirection
 from optuna.trial import TrialState
 
 from autotune.space import SearchSpace
-from autotune.study.evidence import config_key
-from autotune.study.record import TrialRecord, records
+from autotune.study.analysis.evidence import config_key
+from autotune.study.trials import TrialRecord, records
 
 
 def pareto_trials(study: optuna.Study) -> list[TrialRecord]:

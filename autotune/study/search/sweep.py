@@ -5,7 +5,7 @@ second. So before each sampled trial the sweep ranks a whole pool of the space's
 (every categorical and boolean value, stepped ranges at up to ``RANGE_POINTS`` values,
 counts by powers of two; a seeded sample of ``study.strategy.sweep_pool`` configs when the
 product is larger) by the model's prediction, corrects that prediction with what the study
-measured (:class:`autotune.study.residual.ResidualGP`: the model is the GP's prior mean, the
+measured (:class:`autotune.study.search.residual.ResidualGP`: the model is the GP's prior mean, the
 GP learns the model's error), and launches the config with the best optimistic corrected
 value (the lower confidence bound of a minimised objective, the upper of a maximised one)
 that has not been measured and is not running. The first sampled trial is therefore the
@@ -37,14 +37,13 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.space import SearchSpace
 from autotune.space.schema import ParamSpec
-from autotune.study import strategy
-from autotune.study.evidence import config_key
-from autotune.study.export_rule import Ranking
-from autotune.study.params import _active, _ordered, check_constraints, suggest_params
-from autotune.study.pruning import StartupPredictor
-from autotune.study.record import Role, TrialRecord, records
-from autotune.study.residual import ResidualGP, encode, run_log_sd
-from autotune.study.screening import Choice, ConfigModel, WrappingSampler, score
+from autotune.study.analysis import Ranking, config_key
+from autotune.study.search import strategy
+from autotune.study.search.pruning import StartupPredictor
+from autotune.study.search.residual import ResidualGP, encode, run_log_sd
+from autotune.study.search.screening import Choice, ConfigModel, WrappingSampler, score
+from autotune.study.trials import Role, TrialRecord, records
+from autotune.study.trials.params import _active, _ordered, check_constraints, suggest_params
 
 RANGE_POINTS = 12  # values of a stepped or continuous range in the pool
 TRUST_AFTER = 6  # measured configs before the model is judged

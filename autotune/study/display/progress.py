@@ -27,9 +27,9 @@ from rich.text import Text
 
 from autotune.backends.base import Phase, TrialProgress
 from autotune.results import TrialResult
-from autotune.study.callbacks import Callback, StudyContext
-from autotune.study.pareto import config_front
-from autotune.study.record import Role, State, TrialRecord
+from autotune.study.analysis import config_front
+from autotune.study.loop import Callback, StudyContext
+from autotune.study.trials import Role, State, TrialRecord
 
 MODES = ("auto", "rich", "plain", "none")
 _COLOR = {State.COMPLETE: "green", State.FAILED: "red", State.REJECTED: "yellow"}
@@ -110,7 +110,7 @@ class Progress(Callback):
             self._confirming = self._confirming or record.role == Role.CONFIRM
             if self._confirming:
                 # Once configs are measured again, the front people see elsewhere (status, MLflow) is
-                # over configs at their mean (study/pareto.py): reading every trial costs O(n), but
+                # over configs at their mean (study/analysis/pareto.py): reading every trial costs O(n), but
                 # only for the few confirmation trials at the end of a study.
                 front = [(p.number, p.values) for p in config_front(self.ctx.study)]
             else:

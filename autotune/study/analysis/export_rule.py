@@ -1,7 +1,7 @@
 """The rule that picks one config to deploy, from what the data supports (docs/export.md).
 
 1. Candidates: every config run in full whose every run served and met the study's
-   constraints (:mod:`autotune.study.evidence`).
+   constraints (:mod:`autotune.study.analysis.evidence`).
 2. OOMs: the configs whose OOM rate is *shown* to be within the limit (exact one-sided 95 %
    upper bound over all their requests) come first; if there is none, those whose measured
    rate is within it (and the export says what is not shown, and how many more requests
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 import optuna
 
 from autotune.space import SearchSpace
-from autotune.study.evidence import OOM_METRIC, ConfigEvidence, StudyEvidence, summarize
-from autotune.study.record import TrialRecord, records
+from autotune.study.analysis.evidence import OOM_METRIC, ConfigEvidence, StudyEvidence, summarize
+from autotune.study.trials import TrialRecord, records
 
 LATENCY = "p99_e2e_s"
 # The OOM limit confirmation chooses its finalists for: `autotune export`'s default.

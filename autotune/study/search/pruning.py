@@ -44,8 +44,8 @@ from autotune.engine import unmodelled_flags
 from autotune.errors import UserError
 from autotune.results import FailureClass
 from autotune.space import SearchSpace
-from autotune.study import fitting
-from autotune.study.record import State, TrialRecord
+from autotune.study.search import fitting
+from autotune.study.trials import State, TrialRecord
 
 log = logging.getLogger(__name__)
 

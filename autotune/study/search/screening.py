@@ -33,13 +33,19 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.space import SearchSpace
-from autotune.study import strategy
-from autotune.study.evidence import OOM_METRIC
-from autotune.study.export_rule import DEFAULT_MAX_OOM_PER_1K
-from autotune.study.objectives import constraint_values, objective_values
-from autotune.study.params import check_constraints, suggest_params
-from autotune.study.pruning import StartupPredictor
-from autotune.study.record import Role, TrialRecord, records
+from autotune.study.analysis import OOM_METRIC
+from autotune.study.analysis.export_rule import DEFAULT_MAX_OOM_PER_1K
+from autotune.study.search import strategy
+from autotune.study.search.pruning import StartupPredictor
+from autotune.study.trials import (
+    Role,
+    TrialRecord,
+    check_constraints,
+    constraint_values,
+    objective_values,
+    records,
+    suggest_params,
+)
 
 
 class ConfigModel(Protocol):
@@ -54,7 +60,7 @@ class ConfigModel(Protocol):
 
 class _Draw:
     """An Optuna trial's suggest API that draws every value from the sampler's proposal
-    (``sample_independent``), so :func:`autotune.study.params.suggest_params` builds one
+    (``sample_independent``), so :func:`autotune.study.trials.params.suggest_params` builds one
     candidate the way it builds a trial's params."""
 
     def __init__(self, sampler: optuna.samplers.BaseSampler, study: optuna.Study, trial: FrozenTrial) -> None:

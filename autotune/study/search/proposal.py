@@ -14,11 +14,10 @@ import optuna
 from autotune.backends.base import ServerSpec, TrialRequest
 from autotune.early_stop import EarlyStopRule
 from autotune.space import SearchSpace
-from autotune.study import seeding, strategy
-from autotune.study.params import check_constraints, suggest_params
-from autotune.study.pruning import StartupPredictor
-from autotune.study.record import State, TrialRecord, stored_trial
-from autotune.study.recovery import RERUN_OF_LAUNCHED_ATTR
+from autotune.study.search import seeding, strategy
+from autotune.study.search.pruning import StartupPredictor
+from autotune.study.storages import RERUN_OF_LAUNCHED_ATTR
+from autotune.study.trials import State, TrialRecord, check_constraints, stored_trial, suggest_params
 
 
 @dataclass
@@ -36,7 +35,7 @@ def propose(trial: optuna.Trial, space: SearchSpace, predictor: StartupPredictor
     repaired, violated = check_constraints(params, space, flags)
     flags.update(repaired)
     # A re-run of a launched trial measures a config the memory model already let start: it
-    # is not pruned now for what the model learnt since (study/recovery.py).
+    # is not pruned now for what the model learnt since (study/storages/recovery.py).
     rerun = bool(frozen.user_attrs.get(RERUN_OF_LAUNCHED_ATTR))
     reason = "; ".join(violated) or ("" if rerun else strategy.prune_reason(predictor, flags, asked.role, trial.study))
     record = TrialRecord(trial.number, State.RUNNING, asked.role, asked.reference, params=params, flags=flags,

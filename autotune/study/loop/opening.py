@@ -8,8 +8,8 @@ import optuna
 
 from autotune.errors import UserError
 from autotune.space import SearchSpace, space_fingerprint
-from autotune.study import seeding
-from autotune.study.storage import with_retries
+from autotune.study.search import seeding
+from autotune.study.storages import with_retries
 
 FINGERPRINT_ATTR = "autotune.space_fingerprint"
 

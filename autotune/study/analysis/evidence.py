@@ -6,9 +6,9 @@ a confirmation run, a sample that happened to repeat a config). Trials stopped e
 left out (their figures are estimates), as are trials that never launched.
 
 For each config: the mean and 95 % interval of every reported metric over its runs
-(:mod:`autotune.study.stats`; the relative run-to-run spread pooled over the study's
+(:mod:`autotune.study.analysis.stats`; the relative run-to-run spread pooled over the study's
 configs measured more than once), OOMs counted over all its requests with an exact upper
-bound, and its memory headroom (:mod:`autotune.study.headroom`). Status, the export rule,
+bound, and its memory headroom (:mod:`autotune.study.analysis.headroom`). Status, the export rule,
 the choice of finalists and the export header all read these, for every backend.
 """
 
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.space import SearchSpace
-from autotune.study import stats
-from autotune.study.headroom import Headroom, headroom
-from autotune.study.record import Role, TrialRecord
+from autotune.study.analysis import stats
+from autotune.study.analysis.headroom import Headroom, headroom
+from autotune.study.trials import Role, TrialRecord
 
 # Metrics given an interval besides the objectives and SLO metrics (what the export header shows).
 SHOWN_METRICS = ("p99_e2e_s", "p50_e2e_s", "p99_ttft_s", "output_tok_per_s")

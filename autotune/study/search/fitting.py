@@ -5,7 +5,7 @@ uncertainty is a factor, each with a documented plausible range. So they are fit
 logarithms inside that box, with a weak Gaussian prior around the starting profile: a
 direction the measurements cannot see (two constants that only ever appear as a sum) stays
 where the prior put it instead of drifting to a corner. Two callers, one fitter: pruning
-learns the memory constants from each startup (:mod:`autotune.study.pruning`), and
+learns the memory constants from each startup (:mod:`autotune.study.search.pruning`), and
 ``autotune calibrate`` fits the speed and startup-time constants (:mod:`autotune.calibrate`).
 
 Levenberg-Marquardt with a forward-difference Jacobian and steps projected onto the box:

@@ -3,7 +3,7 @@
 One measurement of a config is partly luck (the server start, the GPU's clocks): picking the
 lowest p99 of 40 single measurements picks the luckiest as much as the best (the winner's
 curse). So the last trials of ``study.trials`` are not sampled: the ``finalists`` configs the
-export rule would pick from the search (:func:`autotune.study.export_rule.finalists`) are
+export rule would pick from the search (:func:`autotune.study.analysis.export_rule.finalists`) are
 measured again, as trials with role ``confirm`` and ``repeat_of`` = the search trial whose
 config they repeat, each a new server start and seed on the same fixed benchmark. They are
 *raced* (:func:`race`): each finalist once, then whichever contender of the leader has the
@@ -30,9 +30,9 @@ from enum import StrEnum
 
 from autotune.space import SearchSpace
 from autotune.space.schema import ConfirmSection
-from autotune.study.evidence import ConfigEvidence, config_key, summarize
-from autotune.study.export_rule import DEFAULT_MAX_OOM_PER_1K, Ranking, finalists
-from autotune.study.record import Role, State, TrialRecord
+from autotune.study.analysis import ConfigEvidence, config_key, summarize
+from autotune.study.analysis.export_rule import DEFAULT_MAX_OOM_PER_1K, Ranking, finalists
+from autotune.study.trials import Role, State, TrialRecord
 
 
 class Kind(StrEnum):

@@ -25,9 +25,9 @@ import optuna
 from autotune.backends.base import TrialProgress
 from autotune.results import TrialResult
 from autotune.space import SearchSpace
-from autotune.study.pareto import FrontCache
-from autotune.study.record import TrialRecord
-from autotune.study.recovery import Coordinator
+from autotune.study.analysis import FrontCache
+from autotune.study.storages import Coordinator
+from autotune.study.trials import TrialRecord
 
 
 @dataclass

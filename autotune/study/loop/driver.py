@@ -8,11 +8,11 @@ chosen so a kill at any point loses nothing:
     -> tell (COMPLETE/FAIL) -> on_trial_end (MLflow child run, progress)
 
 A driver killed before tell leaves a RUNNING trial that the next driver fails and
-re-enqueues (study/recovery.py); one killed after tell leaves an unlogged trial that the
+re-enqueues (study/storages/recovery.py); one killed after tell leaves an unlogged trial that the
 next driver logs. MLflow runs are keyed by trial number, so nothing is logged twice.
 
 The last trials of the target may be confirmation runs of the search's finalists
-(study/confirm.py): which kind of trial comes next is read from storage before each launch.
+(study/search/confirm.py): which kind of trial comes next is read from storage before each launch.
 """
 
 from __future__ import annotations
@@ -27,18 +27,33 @@ from autotune.backends.base import TrialProgress
 from autotune.results import FailureClass, TrialResult, TrialStatus
 from autotune.security import scrub
 from autotune.space import SearchSpace
-from autotune.study import strategy
-from autotune.study.callbacks import Callback, StudyContext, Tally
-from autotune.study.confirm import Kind, Step, next_step, search_quota
-from autotune.study.objectives import constraint_values, objective_values
-from autotune.study.pareto import FrontCache
-from autotune.study.pool import FinishedTrial, WorkerPool
-from autotune.study.proposal import propose, server_spec, trial_request
-from autotune.study.pruning import StartupPredictor
-from autotune.study.record import Role, State, TrialRecord, enqueue_attrs, records, stored_trial
-from autotune.study.recovery import Coordinator, fail_and_requeue
-from autotune.study.storage import with_retries
-from autotune.study.strategy import RunSpread, early_stop_notice
+from autotune.study.analysis import FrontCache
+from autotune.study.loop.callbacks import Callback, StudyContext, Tally
+from autotune.study.loop.pool import FinishedTrial, WorkerPool
+from autotune.study.search import (
+    Kind,
+    RunSpread,
+    StartupPredictor,
+    Step,
+    early_stop_notice,
+    next_step,
+    propose,
+    search_quota,
+    server_spec,
+    strategy,
+    trial_request,
+)
+from autotune.study.storages import Coordinator, fail_and_requeue, with_retries
+from autotune.study.trials import (
+    Role,
+    State,
+    TrialRecord,
+    constraint_values,
+    enqueue_attrs,
+    objective_values,
+    records,
+    stored_trial,
+)
 
 MAX_CONSECUTIVE_REJECTIONS = 500
 FAILURE_REASON_CHARS = 1000
