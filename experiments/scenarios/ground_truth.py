@@ -290,7 +290,10 @@ def run_brute_force(scenario: str, space: SearchSpace, grid: Mapping[str, list],
     sample = set(infeasible[::step][: settings.verify]) if step else set()
     stage1 = [i for i, ok in predicted.items() if ok or i in sample]
     runs: dict[int, list[dict[str, Any]]] = {}
-    ctx = mp.get_context("fork")
+    # forkserver, not fork: the caller may run threads (Ray, a test runner's timers), and a child
+    # forked while one of them held a lock hangs on it (seen: a worker stuck in the pool's queue
+    # lock, the parent stuck joining it).
+    ctx = mp.get_context("forkserver")
     with ctx.Pool(jobs, initializer=_init, initargs=(space, profile, quirks)) as pool:
         for i, r in pool.imap_unordered(_simulate, [(i, cfgs[i], settings.seed(0)) for i in stage1], chunksize=4):
             runs[i] = [r]
