@@ -4,7 +4,8 @@
         [--study-seed M] [--truth-family F] --json
 
 NAME is a space in search_spaces/ (its file stem) with a grid in experiments/scenarios/grids.py,
-or PATH a search-space file (its grid derived from the space: each param's ``grid_points``
+``vllm-cpu`` (or ``vllm-cpu-pilot``, or a runs file ``*.jsonl`` in experiments/vllm_cpu's format: real
+measurements, below), or PATH a search-space file (its grid derived from the space: each param's ``grid_points``
 values); S is random, tpe, grid, tpe-confirm, sim-best, auto-tune-sh, autotune or an
 ablation of autotune (strategies.py). The truth is drawn by its family (families.py:
 ``structural`` by default, ``constants`` for issue 12's) from seed N, noise on; only the
@@ -13,7 +14,12 @@ trial budget (``study.trials``, or ``--trials``) on 4 simulated workers, and is 
 against the truth's brute force (truth.py, score.py). Prints one JSON object (``--json``)
 or a short summary. ``--calibrate`` adds `autotune calibrate`'s held-out p99 error of the
 study's own trials (nominal -> calibrated) and the truth's own noise-free error on them
-(the floor the measurement noise sets). Every figure is SIMULATED, none was measured on a GPU.
+(the floor the measurement noise sets). Every figure is SIMULATED, none was measured on a GPU,
+except in the ``vllm-cpu`` scenarios: there the truth is experiments/vllm_cpu's table of CPU
+measurements of a toy model on vLLM's CPU build (never GPU figures), each trial answered by one
+recorded run of its config drawn with seed N (experiments/vllm_cpu/replay.py), the true best the
+best mean in the table; strategies needing autotune's simulator of the deployment are refused
+there until it models a CPU host.
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ from experiments.reality_gap.truth import Truth
 from experiments.scenarios import grids
 from experiments.scenarios import ground_truth as gt_mod
 from experiments.scenarios.ground_truth import is_path, space_path
+from experiments.vllm_cpu import replay
+
+SIMULATED_NOTE = "SIMULATED (autotune.sim, a truth of the family below); not a GPU measurement"
 
 
 def check_scenario(name: str) -> None:
@@ -60,6 +69,8 @@ def run_case(scenario: str, truth_seed: int, strategy: str, *, trials: int | Non
              calibrate: bool = False, jobs: int = 2, log=lambda *_: None,
              family: str = DEFAULT_FAMILY) -> dict[str, Any]:
     """Run one study against the truth and score it (the JSON object of the contract)."""
+    if replay.is_replay(scenario):
+        return run_replay_case(scenario, truth_seed, strategy, trials=trials, seed=seed, calibrate=calibrate)
     check_scenario(scenario)
     if strategy not in STRATEGIES:
         raise UserError(f"--strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
@@ -77,6 +88,35 @@ def run_case(scenario: str, truth_seed: int, strategy: str, *, trials: int | Non
         out["calibration"] = calibration_errors(bench, truth)
     out["runtime_s"] = {"total": round(time.time() - t0, 1), "study": round(study_s, 1),
                         "brute_force": round(truth.brute_force_s, 1)}
+    return out
+
+
+def run_replay_case(scenario: str, truth_seed: int, strategy: str, *, trials: int | None = None,
+                    seed: int | None = None, calibrate: bool = False) -> dict[str, Any]:
+    """One case against the measured table (experiments/vllm_cpu/replay.py): CPU measurements, replayed."""
+    problem = replay.strategy_problem(strategy)
+    if problem is not None:
+        raise UserError(f"--strategy {strategy} on {scenario}: {problem}; runnable there: "
+                        f"{', '.join(replay.STRATEGY_MODES)}")
+    if calibrate:
+        raise UserError(f"--calibrate on {scenario}: {replay.NEEDS_SIMULATOR}; "
+                        "python -m experiments.vllm_cpu.fidelity reports the same gap")
+    t0 = time.time()
+    truth = replay.ReplayTruth.load(scenario, truth_seed)
+    case_budget = trials if trials is not None else truth.space.study.trials
+    study_seed = truth_seed if seed is None else seed
+    space = variant(truth.space, "random" if strategy == "grid" else strategy)
+    try:
+        bench = build(space, truth.backend(), study_seed, case_budget,
+                      wrap_sampler=replay.sampler_wrapper(truth.table, strategy, study_seed)).run()
+    except replay.NotInTable as e:
+        raise UserError(str(e)) from None
+    study_s = time.time() - t0
+    out = score_case(bench, truth, strategy, study_seed, case_budget)  # type: ignore[arg-type]
+    out.update(truth.describe())
+    out["replay_answers"] = len(bench.pool.backend.log)
+    out["replay_runs_served_again"] = bench.pool.backend.reused()
+    out["runtime_s"] = {"total": round(time.time() - t0, 1), "study": round(study_s, 1), "brute_force": 0.0}
     return out
 
 
@@ -106,7 +146,7 @@ def budget_gpu_hours(truth: Truth, case_budget: int, gpus: int) -> float:
 def score_case(bench: BenchStudy, truth: Truth, strategy: str, study_seed: int, budget: int) -> dict[str, Any]:
     recs = bench.records()
     timed = S.timeline(recs, bench.pool.log)
-    gpus = gpus_per_worker(bench)
+    gpus = truth.gpus(bench) if isinstance(truth, replay.ReplayTruth) else gpus_per_worker(bench)
     chosen = S.export_choice(recs, bench.space)
     row = truth.value(chosen.flags) if chosen is not None else None
     best = truth.best
@@ -119,7 +159,7 @@ def score_case(bench: BenchStudy, truth: Truth, strategy: str, study_seed: int, 
         return None if h is None or not span else h / span
 
     return {
-        "note": "SIMULATED (autotune.sim, a truth of the family below); not a GPU measurement",
+        "note": truth.note if isinstance(truth, replay.ReplayTruth) else SIMULATED_NOTE,
         "scenario": truth.name,
         "truth_seed": truth.seed,
         "truth_family": truth.family,
@@ -188,8 +228,9 @@ def calibration_errors(bench: BenchStudy, truth: Truth) -> dict[str, Any]:
 
 def summary(out: dict[str, Any]) -> str:
     h = out["gpu_hours_to_2pct"]
+    kind = "CPU measurements, replayed; not GPU" if out["truth_family"] == replay.FAMILY else "SIMULATED"
     return (f"{out['scenario']} truth {out['truth_seed']} ({out['truth_family']}) {out['strategy']} "
-            f"study seed {out['study_seed']} (SIMULATED): exported trial "
+            f"study seed {out['study_seed']} ({kind}): exported trial "
             f"{out['exported_trial']}, true {out['main_objective']} {out['true_main']} vs best {out['true_best']:.4g} "
             f"(regret {out['regret']}), true OOM/1k {out['true_oom_per_1k']}, within 2 %: {out['within_2pct']}; "
             f"GPU-h {out['gpu_hours']:.2f}, to 2 %: {'never' if h is None else f'{h:.2f}'}; wrongly rejected "

@@ -12,6 +12,7 @@ the pruning, the screen and the export see is the scenario's own, whose
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,10 +44,15 @@ class BenchStudy:
         return records(self.study.get_trials(deepcopy=False))
 
 
-def build(space: SearchSpace, backend: Any, seed: int, trials: int, workers: int = WORKERS) -> BenchStudy:
-    """An in-memory study of ``space`` whose trials ``backend`` (the truth's) answers; not run yet."""
-    study = open_study(space, f"{space.study.name or 'reality-gap'}-{seed}", None,
-                       make_sampler(space.study.sampler, space, seed, wrap=screen_wrapper),
-                       target=trials).study
+def build(space: SearchSpace, backend: Any, seed: int, trials: int, workers: int = WORKERS,
+          wrap_sampler: Callable[[optuna.samplers.BaseSampler], optuna.samplers.BaseSampler] | None = None,
+          ) -> BenchStudy:
+    """An in-memory study of ``space`` whose trials ``backend`` (the truth's) answers; not run yet.
+    ``wrap_sampler``: put in front of the strategy's sampler (the measured table's replay makes every
+    proposal one of its configs: experiments/vllm_cpu/replay.py)."""
+    sampler = make_sampler(space.study.sampler, space, seed, wrap=screen_wrapper)
+    if wrap_sampler is not None:
+        sampler = wrap_sampler(sampler)
+    study = open_study(space, f"{space.study.name or 'reality-gap'}-{seed}", None, sampler, target=trials).study
     pool = SimClockPool(workers, backend=backend)
     return BenchStudy(space, study, pool, TrialLoop(study, space, pool, target=trials, seed=seed))

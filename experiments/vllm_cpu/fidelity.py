@@ -1,0 +1,171 @@
+"""How well autotune's simulator, calibrated on a few measured configs, predicts the rest of the table.
+
+    .venv/bin/python -m experiments.vllm_cpu.fidelity --json [--table PATH] [--calibration-configs 5] [--seed 0]
+
+The measured side is experiments/vllm_cpu's table: CPU measurements of a toy model on vLLM's CPU build
+(never GPU figures; ``replay.Table``). At most 5 of its configs (vLLM's defaults first, then a seeded
+draw) are the calibration set: each recorded run becomes one trial record (``replay.replayed_result``:
+the aggregates ``TrialResult.metrics()`` computed on the real engine) and ``autotune calibrate``'s fit
+(``autotune.calibrate.fit_profile``: memory, startup and speed stages) is run on them. Every other config
+is held out (at least 2: a small table gets fewer calibration configs): the fitted simulator predicts it (``autotune.calibrate.model.simulate``, noise off) and the
+prediction is compared with the config's mean over its recorded runs. Errors are relative absolute errors
+``|predicted / measured - 1|``; ``spearman_p99`` is the rank correlation of predicted and measured p99 over
+the held-out configs; ``noise_cv_p99`` the median over configs of the run-to-run CV of p99 (what no model
+can predict).
+
+When a part of that pipeline cannot run, the JSON says which (``missing``) and every figure that needed it
+is null: no number is made up. Today that part is the simulator's host: autotune.sim models GPUs from
+the table in autotune/deploy/hardware.py, which has no entry for a CPU host (``get_gpu('cpu')`` fails),
+so neither the calibration nor the prediction can be made yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import UserError
+from autotune.space import SearchSpace
+from autotune.study.trials import Role, State, TrialRecord
+from experiments.vllm_cpu import model as model_mod
+from experiments.vllm_cpu import replay
+
+REPO = replay.HERE.parents[1]
+MAX_CALIBRATION = 5
+DEFAULT_KV_BYTES = 32768000  # the KV budget measure.py runs "vLLM's defaults" with (4000 tokens of bf16)
+MIN_HELD_OUT = 2  # a small table (the pilot) keeps at least this many configs to predict
+NOTE = ("CPU measurements of a toy model on vLLM's CPU build (experiments/vllm_cpu) against autotune's simulator "
+        "calibrated on a few of them; not GPU figures")
+PREDICTED = ("p99_e2e_s", "mean_ttft_s", "mean_tpot_s")
+
+
+def choose(table: replay.Table, n: int, seed: int) -> tuple[list[replay.Config], list[replay.Config]]:
+    """(calibration configs, held-out configs): vLLM's defaults first when the table has them, then a seeded
+    draw of the configs whose every start served; the rest held out."""
+    n = max(1, min(n, MAX_CALIBRATION, len(table) - MIN_HELD_OUT))
+    configs = sorted(table.configs.values(), key=lambda c: c.name)
+    defaults = replay.resolve_params(table.space, {"kv_cache_memory_bytes": None})
+    first = [c for c in configs if all(c.params[k] == v for k, v in defaults.items() if k != "kv_cache_memory_bytes")]
+    first.sort(key=lambda c: c.params.get("kv_cache_memory_bytes") != DEFAULT_KV_BYTES)  # at the deployment's budget
+    rest = [c for c in configs if c not in first[:1] and c.started]
+    random.Random(f"vllm-cpu-fidelity/{seed}").shuffle(rest)
+    cal = (first[:1] + rest)[:n]
+    return cal, [c for c in configs if c not in cal]
+
+
+def records(configs: list[replay.Config], space: SearchSpace) -> list[TrialRecord]:
+    """Each recorded run of ``configs`` as a measured trial, as autotune's loop would have recorded it."""
+    out = []
+    for c in configs:
+        flags = {**space.fixed_flags(), **c.params}
+        for row in c.runs:
+            res = replay.replayed_result(row, c.name)
+            out.append(TrialRecord(len(out), State.COMPLETE, Role.SEARCH, params=dict(c.params), flags=flags,
+                                   failure_class=str(res.failure_class), metrics=res.metrics(),
+                                   started=res.status == "ok"))
+    return out
+
+
+def model_space(space: SearchSpace, tmp: Path) -> SearchSpace:
+    """The space with its model directory made absolute; without the built model (a fresh clone), a directory
+    holding the model's config.json alone (model.py's CONFIG: what the simulator reads)."""
+    path = Path(space.engine.model)
+    path = path if path.is_absolute() else REPO / path
+    if not (path / "config.json").is_file():
+        path = tmp / "model"
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "config.json").write_text(json.dumps({**model_mod.CONFIG, "vocab_size": model_mod.VOCAB_SIZE}))
+    return space.model_copy(update={"engine": space.engine.model_copy(update={"model": str(path)})})
+
+
+def _rel(p: float, m: float) -> float:
+    return abs(p / m - 1.0) if math.isfinite(p) and p > 0 else 1.0  # no prediction: 100 % off (calibrate's rule)
+
+
+def _pct(vals: list[float], q: float) -> float | None:
+    if not vals:
+        return None
+    import numpy as np
+
+    return float(np.percentile(vals, q))
+
+
+def fidelity(table: replay.Table, n: int = MAX_CALIBRATION, seed: int = 0) -> dict[str, Any]:
+    cal, held = choose(table, n, seed)
+    cvs = [c.cv() for c in table.configs.values() if not math.isnan(c.cv())]
+    out: dict[str, Any] = {
+        "note": NOTE, "table": str(table.path.relative_to(REPO)) if table.path.is_relative_to(REPO) else str(table.path),
+        "table_landscape": table.landscape, "table_configs": len(table), "table_runs": table.runs,
+        "calibration_configs": [c.name for c in cal], "heldout_configs": [c.name for c in held],
+        "p99_median_abs_err": None, "p99_p90_abs_err": None, "ttft_median_abs_err": None,
+        "tpot_median_abs_err": None, "spearman_p99": None,
+        "noise_cv_p99": statistics.median(cvs) if cvs else None, "missing": None,
+    }
+    if not held:
+        out["missing"] = "no held-out config: the table has no config beyond the calibration set"
+        return out
+    with tempfile.TemporaryDirectory() as tmp:
+        space = model_space(table.space, Path(tmp))
+        try:
+            from autotune.calibrate.calibration import fit_profile
+            from autotune.calibrate.model import simulate
+
+            profile, stages = fit_profile(records(cal, space), space)
+            preds = {c.name: simulate(space, {**space.fixed_flags(), **c.params}, profile) for c in held}
+        except UserError as e:
+            out["missing"] = (f"the simulator cannot model this deployment: {e}. autotune/deploy/hardware.py has "
+                              "GPUs only; a CPU host entry (cores, memory bandwidth, per-token and per-step costs) "
+                              "and its memory model are what is missing, so no calibration or prediction was made")
+            return out
+    out["fit_stages"] = [{"name": s.name, "determined": list(s.determined)} for s in stages]
+    errs: dict[str, list[float]] = {k: [] for k in PREDICTED}
+    pairs = []
+    for c in held:
+        p = preds[c.name]
+        for k in PREDICTED:
+            m = c.mean(k)
+            if math.isfinite(m) and m > 0:
+                errs[k].append(_rel(p.get(k, math.nan), m))
+        if math.isfinite(c.mean("p99_e2e_s")):
+            pairs.append((p.get("p99_e2e_s", math.inf), c.mean("p99_e2e_s")))
+    out["p99_median_abs_err"] = _pct(errs["p99_e2e_s"], 50)
+    out["p99_p90_abs_err"] = _pct(errs["p99_e2e_s"], 90)
+    out["ttft_median_abs_err"] = _pct(errs["mean_ttft_s"], 50)
+    out["tpot_median_abs_err"] = _pct(errs["mean_tpot_s"], 50)
+    if len(pairs) >= 3:
+        from scipy.stats import spearmanr
+
+        out["spearman_p99"] = float(spearmanr([a for a, _ in pairs], [b for _, b in pairs]).statistic)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--table", type=Path, help="a runs file (default: results/runs.jsonl, else the pilot)")
+    ap.add_argument("--calibration-configs", type=int, default=MAX_CALIBRATION, help="at most 5")
+    ap.add_argument("--seed", type=int, default=0, help="seeds the draw of calibration configs")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args(argv)
+    try:
+        table = replay.Table.load(args.table) if args.table else replay.table_for("vllm-cpu")
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = fidelity(table, args.calibration_configs, args.seed)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        for k, v in out.items():
+            print(f"{k}: {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
