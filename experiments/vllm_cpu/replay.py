@@ -17,8 +17,10 @@ Every figure served here is a CPU measurement of a toy model (random weights) on
 * :class:`TableSampler`: an Optuna sampler in front of the strategy's own that makes every proposal one
   of the table's configs (the space's product is much larger than a space-filling design): ``random``
   draws a table config uniformly, ``grid`` visits the table in a seeded order, any other sampler's own
-  proposal is moved to the nearest table config (distance over the space's params, each scaled to
-  [0, 1]), which is then what the trial records, runs and learns from.
+  proposal is moved to the nearest table config not measured yet in the study (L1 distance over the
+  space's params, each scaled to [0, 1]; the nearest of all once every config is measured), which is
+  then what the trial records, runs and learns from. Confirmation runs (enqueued) repeat measured
+  configs as they would anywhere.
 
 The reality-gap harness runs strategies against it (``--scenario vllm-cpu``, experiments/reality_gap/run.py):
 its simulated-clock pool calls the backend in-process and advances its clock by the run's recorded
@@ -392,15 +394,18 @@ class TableSampler(optuna.samplers.BaseSampler):
     def _choose(self, study: optuna.Study, trial: FrozenTrial) -> Config:
         if self.mode == "random":
             return random.Random(f"vllm-cpu-random/{self.seed}/{trial.number}").choice(self._configs)
+        done = {params_key(t.params) for t in study.get_trials(deepcopy=False) if t.number != trial.number
+                and t.params}
         if self.mode == "grid":
-            done = {params_key(t.params) for t in study.get_trials(deepcopy=False) if t.number != trial.number
-                    and t.params}
             left = [i for i in self._grid if params_key(self._configs[i].params) not in done]
             return self._configs[left[0] if left else self._grid[trial.number % len(self._grid)]]
         proposal = suggest_params(_Draw(self.base, study, trial), self.space)  # type: ignore[arg-type]
         at = {n: _position(self.space.params[n], v) for n, v in proposal.items()}
-        return min(self._configs, key=lambda c: sum(abs(_position(self.space.params[n], c.params[n]) - x)
-                                                    for n, x in at.items()))
+        # The nearest config not measured yet (a sampler on the space's continuum almost never repeats a
+        # config exactly; snapping must not turn its new proposals into repeats); all measured: the nearest.
+        fresh = [c for c in self._configs if params_key(c.params) not in done] or self._configs
+        return min(fresh, key=lambda c: sum(abs(_position(self.space.params[n], c.params[n]) - x)
+                                            for n, x in at.items()))
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         if trial.system_attrs.get("fixed_params"):  # enqueued: it measures a given config
