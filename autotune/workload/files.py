@@ -221,22 +221,22 @@ class TraceReader:
 def _detect(first_line: str) -> TraceReader:
     """The reader whose marker the first line has (readers in ``READERS`` order)."""
     if first_line.lstrip().startswith("{"):
-        keys = set(_json_object(first_line))
-        jsonl = [r for r in READERS.values() if r.layout == "jsonl"]
-        for r in jsonl:
-            if r.marker in keys:
-                return r
-        known = " nor ".join(f"{r.label}'s ({', '.join(r.fields)})" for r in jsonl)
-        raise _Bad(f"unknown trace format: the JSON object has the keys of neither {known}; "
-                   "set workload.trace.format")
-    header = _csv_fields(first_line)
-    csv_readers = [r for r in READERS.values() if r.layout == "csv"]
-    for r in csv_readers:
-        if r.marker in header:
+        return _marked("jsonl", set(_json_object(first_line)),
+                       lambda r: f"{r.label}'s ({', '.join(r.fields)})", " nor ",
+                       "unknown trace format: the JSON object has the keys of neither {known}")
+    return _marked("csv", set(_csv_fields(first_line)), lambda r: f"{r.label} ({','.join(r.fields)})", " or ",
+                   "unknown trace format: the first line is neither JSON nor the CSV header of {known}")
+
+
+def _marked(layout: str, present: set[str], describe: Callable[[TraceReader], str], joiner: str,
+            problem: str) -> TraceReader:
+    """The first reader of ``layout`` whose marker is in ``present``; else the ``problem``
+    naming every reader of that layout, and the fix."""
+    readers = [r for r in READERS.values() if r.layout == layout]
+    for r in readers:
+        if r.marker in present:
             return r
-    known = " or ".join(f"{r.label} ({','.join(r.fields)})" for r in csv_readers)
-    raise _Bad(f"unknown trace format: the first line is neither JSON nor the CSV header of {known}; "
-               "set workload.trace.format")
+    raise _Bad(problem.format(known=joiner.join(describe(r) for r in readers)) + "; set workload.trace.format")
 
 
 def _autotune_line(text: str) -> Parsed:
