@@ -497,7 +497,9 @@ def main(argv: list[str] | None = None) -> None:
         table = summary(out, current_key())
         for r in table:
             print(json.dumps(r))
-        print(json.dumps({"spread": spread(table, "defaults" if args.pilot else "c00")}))
+        runs = sum(r["runs"] for r in table)
+        print(json.dumps({"runs_done": runs, "configs_started": len(table),
+                          "spread": spread(table, "defaults" if args.pilot else "c00")}))
         return
     stop_at = None
     if args.stop_at:
