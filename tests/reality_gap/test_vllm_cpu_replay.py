@@ -18,6 +18,7 @@ import pytest
 from autotune.backends.base import ServerSpec, TrialRequest
 from experiments.reality_gap import run as run_mod
 from experiments.vllm_cpu import fidelity, replay
+from tests.reality_gap.test_contract import KEYS  # the contract's keys and types
 
 REPO = Path(__file__).resolve().parents[2]
 KV4000, KV6000, KV3000 = 32768000, 49152000, 24576000
@@ -145,9 +146,6 @@ def test_the_truth_is_the_best_mean_with_its_interval(table_path):
     lo, hi = best["interval_95"]
     assert lo < best["p99_e2e_s"] < hi
     assert not truth.value(CONFIGS["s-nostart"])["started"]
-
-
-KEYS = {**__import__("tests.reality_gap.test_contract", fromlist=["KEYS"]).KEYS}
 
 
 @pytest.mark.parametrize("strategy", ["random", "tpe", "tpe-confirm", "grid"])
