@@ -106,12 +106,13 @@ def run_replay_case(scenario: str, truth_seed: int, strategy: str, *, trials: in
     case_budget = trials if trials is not None else truth.space.study.trials
     study_seed = truth_seed if seed is None else seed
     space = variant(truth.space, "random" if strategy == "grid" else strategy)
+    t1 = time.time()
     try:
         bench = build(space, truth.backend(), study_seed, case_budget,
                       wrap_sampler=replay.sampler_wrapper(truth.table, strategy, study_seed)).run()
     except replay.NotInTable as e:
         raise UserError(str(e)) from None
-    study_s = time.time() - t0
+    study_s = time.time() - t1
     out = score_case(bench, truth, strategy, study_seed, case_budget)  # type: ignore[arg-type]
     out.update(truth.describe())
     out["replay_answers"] = len(bench.pool.backend.log)
@@ -228,12 +229,14 @@ def calibration_errors(bench: BenchStudy, truth: Truth) -> dict[str, Any]:
 
 def summary(out: dict[str, Any]) -> str:
     h = out["gpu_hours_to_2pct"]
-    kind = "CPU measurements, replayed; not GPU" if out["truth_family"] == replay.FAMILY else "SIMULATED"
+    cpu = out["truth_family"] == replay.FAMILY
+    kind = "CPU measurements, replayed; not GPU" if cpu else "SIMULATED"
+    hours = "engine CPU-core-h" if cpu else "GPU-h"
     return (f"{out['scenario']} truth {out['truth_seed']} ({out['truth_family']}) {out['strategy']} "
             f"study seed {out['study_seed']} ({kind}): exported trial "
             f"{out['exported_trial']}, true {out['main_objective']} {out['true_main']} vs best {out['true_best']:.4g} "
             f"(regret {out['regret']}), true OOM/1k {out['true_oom_per_1k']}, within 2 %: {out['within_2pct']}; "
-            f"GPU-h {out['gpu_hours']:.2f}, to 2 %: {'never' if h is None else f'{h:.2f}'}; wrongly rejected "
+            f"{hours} {out['gpu_hours']:.2f}, to 2 %: {'never' if h is None else f'{h:.2f}'}; wrongly rejected "
             f"{out['wrongly_rejected']}, wasted launches {out['wasted_launches']}")
 
 
