@@ -14,9 +14,13 @@ the held-out configs; ``noise_cv_p99`` the median over configs of the run-to-run
 can predict).
 
 When a part of that pipeline cannot run, the JSON says which (``missing``) and every figure that needed it
-is null: no number is made up. Today that part is the simulator's host: autotune.sim models GPUs from
-the table in autotune/deploy/hardware.py, which has no entry for a CPU host (``get_gpu('cpu')`` fails),
-so neither the calibration nor the prediction can be made yet.
+is null: no number is made up. The simulator models the deployment with its CPU host (``gpu: cpu``:
+autotune/deploy/hardware.py's ``HOSTS``, the CPU ranges and nominal values of autotune/deploy/profile.py's
+``CPU_HOST``; docs/simulator.md, "CPU host"); ``fit_profile`` starts from that nominal profile.
+
+``--min-runs 1`` admits configs measured once (the full table while its later rounds run): then
+``noise_cv_p99`` is null and each held-out "mean" is one run. ``--calibration-table PATH`` calibrates on
+that table's configs (the pilot's 5, measured 3 or 4 times each) and predicts every other config of ``--table``.
 """
 
 from __future__ import annotations
@@ -46,10 +50,11 @@ NOTE = ("CPU measurements of a toy model on vLLM's CPU build (experiments/vllm_c
 PREDICTED = ("p99_e2e_s", "mean_ttft_s", "mean_tpot_s")
 
 
-def choose(table: replay.Table, n: int, seed: int) -> tuple[list[replay.Config], list[replay.Config]]:
+def choose(table: replay.Table, n: int, seed: int,
+           min_held_out: int = MIN_HELD_OUT) -> tuple[list[replay.Config], list[replay.Config]]:
     """(calibration configs, held-out configs): vLLM's defaults first when the table has them, then a seeded
     draw of the configs whose every start served; the rest held out."""
-    n = max(1, min(n, MAX_CALIBRATION, len(table) - MIN_HELD_OUT))
+    n = max(1, min(n, MAX_CALIBRATION, len(table) - min_held_out))
     configs = sorted(table.configs.values(), key=lambda c: c.name)
     defaults = replay.resolve_params(table.space, {"kv_cache_memory_bytes": None})
     first = [c for c in configs if all(c.params[k] == v for k, v in defaults.items() if k != "kv_cache_memory_bytes")]
@@ -85,6 +90,10 @@ def model_space(space: SearchSpace, tmp: Path) -> SearchSpace:
     return space.model_copy(update={"engine": space.engine.model_copy(update={"model": str(path)})})
 
 
+def _where(table: replay.Table) -> str:
+    return str(table.path.relative_to(REPO)) if table.path.is_relative_to(REPO) else str(table.path)
+
+
 def _rel(p: float, m: float) -> float:
     return abs(p / m - 1.0) if math.isfinite(p) and p > 0 else 1.0  # no prediction: 100 % off (calibrate's rule)
 
@@ -97,11 +106,21 @@ def _pct(vals: list[float], q: float) -> float | None:
     return float(np.percentile(vals, q))
 
 
-def fidelity(table: replay.Table, n: int = MAX_CALIBRATION, seed: int = 0) -> dict[str, Any]:
-    cal, held = choose(table, n, seed)
+def fidelity(table: replay.Table, n: int = MAX_CALIBRATION, seed: int = 0,
+             calibration_table: replay.Table | None = None) -> dict[str, Any]:
+    """``calibration_table``: calibrate on (at most ``n`` of) its configs instead, and hold out every config
+    of ``table`` that is not among them."""
+    if calibration_table is None:
+        cal, held = choose(table, n, seed)
+    else:
+        cal, _ = choose(calibration_table, n, seed, min_held_out=0)
+        fitted = {replay.params_key(c.params) for c in cal}
+        held = sorted((c for c in table.configs.values() if replay.params_key(c.params) not in fitted),
+                      key=lambda c: c.name)
     cvs = [c.cv() for c in table.configs.values() if not math.isnan(c.cv())]
     out: dict[str, Any] = {
-        "note": NOTE, "table": str(table.path.relative_to(REPO)) if table.path.is_relative_to(REPO) else str(table.path),
+        "note": NOTE, "table": _where(table),
+        "calibration_table": _where(calibration_table) if calibration_table is not None else None,
         "table_landscape": table.landscape, "table_configs": len(table), "table_runs": table.runs,
         "calibration_configs": [c.name for c in cal], "heldout_configs": [c.name for c in held],
         "p99_median_abs_err": None, "p99_p90_abs_err": None, "ttft_median_abs_err": None,
@@ -152,13 +171,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calibration-configs", type=int, default=MAX_CALIBRATION, help="at most 5")
     ap.add_argument("--seed", type=int, default=0, help="seeds the draw of calibration configs")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--min-runs", type=int, default=replay.MIN_RUNS,
+                    help=f"starts a config of --table needs (default {replay.MIN_RUNS})")
+    ap.add_argument("--calibration-table", type=Path,
+                    help="calibrate on this runs file's configs (e.g. the pilot) and predict every other config of "
+                         "--table")
     args = ap.parse_args(argv)
     try:
-        table = replay.Table.load(args.table) if args.table else replay.table_for("vllm-cpu")
+        table = replay.Table.load(args.table, min_runs=args.min_runs) if args.table else replay.table_for("vllm-cpu")
+        cal_table = replay.Table.load(args.calibration_table) if args.calibration_table else None
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out = fidelity(table, args.calibration_configs, args.seed)
+    out = fidelity(table, args.calibration_configs, args.seed, cal_table)
     if args.json:
         print(json.dumps(out))
     else:

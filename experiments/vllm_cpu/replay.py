@@ -445,9 +445,9 @@ OOM_LIMIT = 1.0  # per 1000 requests, the export rule's (experiments/reality_gap
 WITHIN = 0.02
 # Strategies that need autotune's simulator of the deployment (the screen, the sweep, the memory model's
 # pruning, the nominal brute force) or GPU-only procedures: refused here, each with its reason.
-NEEDS_SIMULATOR = ("autotune.sim cannot model a CPU host yet: autotune/deploy/hardware.py's table has GPUs only "
-                   "(get_gpu('cpu') fails), so the simulator's screen, sweep, pruning and brute force have no model "
-                   "of vLLM's CPU build")
+NEEDS_SIMULATOR = ("autotune.sim models a CPU host now (gpu: cpu; experiments.vllm_cpu.fidelity calibrates it), but "
+                   "autotune's study still treats a CPU space as having no model (startup pruning and the screen ask "
+                   "for a GPU), and the simulator-driven strategies have not been run against this table")
 REFUSED = {
     "sim-best": NEEDS_SIMULATOR,
     "auto-tune-sh": "vLLM's auto_tune.sh probes gpu_memory_utilization (0.98 down) with max_num_seqs 256: a GPU "
