@@ -17,7 +17,8 @@ from typing import Any
 from autotune.calibrate import observations as obs
 from autotune.calibrate.model import simulate
 from autotune.calibrate.stages import StageResult, memory_stage, oom_stage, speed_stage, startup_stage
-from autotune.deploy import NOMINAL, SimProfile, plan_startup, resolve_deployment
+from autotune.deploy import NOMINAL, SimProfile, device_kind, plan_startup, resolve_deployment
+from autotune.deploy.profile import nominal
 from autotune.errors import UserError
 from autotune.space import SearchSpace
 from autotune.study.trials import TrialRecord
@@ -30,9 +31,12 @@ DEFAULT_HOLDOUT_EVERY = 3
 HELD_OUT_METRICS = ("p99_e2e_s", "mean_tpot_s", "kv_cache_tokens", "startup_s")
 
 
-def fit_profile(train: Sequence[TrialRecord], space: SearchSpace, base: SimProfile = NOMINAL,
+def fit_profile(train: Sequence[TrialRecord], space: SearchSpace, base: SimProfile | None = None,
                 requests: int = DEFAULT_REQUESTS) -> tuple[SimProfile, list[StageResult]]:
-    """The profile ``train`` supports, stage by stage, starting from ``base``."""
+    """The profile ``train`` supports, stage by stage, starting from ``base`` (default: the nominal
+    profile of the space's device, a CPU host's for ``gpu: cpu``)."""
+    if base is None:
+        base = nominal(device_kind(space.engine.gpu))
     profile, memory = memory_stage(train, space, base)
     profile, startup = startup_stage(train, space, profile)
     profile, speed = speed_stage(train, space, profile, requests)

@@ -26,7 +26,7 @@ import numpy as np
 
 from autotune.calibrate import observations as obs
 from autotune.calibrate.model import ShortBenchmark
-from autotune.deploy import SimProfile, plan_startup
+from autotune.deploy import SimProfile, device_kind, plan_startup
 from autotune.space import SearchSpace
 from autotune.study.search import MEMORY_CONSTANTS, MemoryModel, fitting, startup_observations
 from autotune.study.trials import TrialRecord
@@ -85,10 +85,11 @@ def memory_stage(train: Sequence[TrialRecord], space: SearchSpace, profile: SimP
 
 
 def _fit_constants(names: Sequence[str], profile: SimProfile, residuals: fitting.Residuals, n_obs: int,
-                   stage: str, t0: float, max_iter: int = 30, rtol: float = 1e-5) -> tuple[SimProfile, StageResult]:
+                   stage: str, t0: float, max_iter: int = 30, rtol: float = 1e-5,
+                   device: str = "gpu") -> tuple[SimProfile, StageResult]:
     """Fit the constants among ``names`` that move the residuals more than their noise across
-    their range; leave the others at ``profile``'s values."""
-    box = fitting.profile_box(names, profile)
+    their range (``device``'s ranges: a CPU host has its own); leave the others at ``profile``'s values."""
+    box = fitting.profile_box(names, profile, device)
     x0 = box.center
     r0 = residuals(x0)
     j0 = fitting.jacobian(residuals, x0, r0, box)
@@ -128,7 +129,8 @@ def startup_stage(train: Sequence[TrialRecord], space: SearchSpace, profile: Sim
         return np.array([(math.log(plan_startup(d, p).startup_s) - math.log(s)) / STARTUP_SPREAD
                          for d, (_, s) in zip(deps, rows, strict=True)])
 
-    return _fit_constants(STARTUP_CONSTANTS, profile, residuals, len(rows), "startup", t0)
+    return _fit_constants(STARTUP_CONSTANTS, profile, residuals, len(rows), "startup", t0,
+                          device=device_kind(e.gpu))
 
 
 def speed_stage(train: Sequence[TrialRecord], space: SearchSpace, profile: SimProfile,
@@ -152,7 +154,8 @@ def speed_stage(train: Sequence[TrialRecord], space: SearchSpace, profile: SimPr
                     for k, v in meas.items()]
         return np.array(out)
 
-    return _fit_constants(SPEED_CONSTANTS, profile, residuals, len(rows), "speed", t0, SPEED_ITERATIONS, SPEED_RTOL)
+    return _fit_constants(SPEED_CONSTANTS, profile, residuals, len(rows), "speed", t0, SPEED_ITERATIONS, SPEED_RTOL,
+                          device_kind(space.engine.gpu))
 
 
 def oom_stage(train: Sequence[TrialRecord]) -> StageResult:

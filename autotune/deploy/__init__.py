@@ -1,4 +1,4 @@
-"""What a deployment is, independent of how it is run: GPUs, models, resolved flags, startup memory.
+"""What a deployment is, independent of how it is run: devices, models, resolved flags, startup memory.
 
 Shared by the simulator (which runs a deployment) and the study (which prunes configs the
 memory model says cannot start), so neither has to import the other. Imports only the
@@ -7,7 +7,16 @@ uncertain constants (:class:`SimProfile`) live here too: the startup model needs
 """
 
 from autotune.deploy.deployment import Deployment, resolve_deployment
-from autotune.deploy.hardware import GpuSpec, find_gpu, get_gpu, gpu_memory_gib, known_gpus
+from autotune.deploy.hardware import (
+    GpuSpec,
+    device_kind,
+    find_gpu,
+    get_device,
+    get_gpu,
+    gpu_memory_gib,
+    known_devices,
+    known_gpus,
+)
 from autotune.deploy.memory import MemBreakdown, StartupPrediction, plan_startup, predict_startup
 from autotune.deploy.model import ModelArch, known_models, resolve_model
 from autotune.deploy.profile import NOMINAL, SimProfile
@@ -22,9 +31,12 @@ __all__ = [
     "SimProfile",
     "StartupPrediction",
     "VllmEnv",
+    "device_kind",
     "find_gpu",
+    "get_device",
     "get_gpu",
     "gpu_memory_gib",
+    "known_devices",
     "known_gpus",
     "known_models",
     "plan_startup",

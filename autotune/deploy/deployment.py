@@ -1,4 +1,4 @@
-"""One resolved deployment: model architecture, GPU, and every flag at vLLM's value.
+"""One resolved deployment: model architecture, device (a GPU or a CPU host), and every flag at vLLM's value.
 
 Both the startup memory model (``predict_startup``) and the runtime simulation start from
 :func:`resolve_deployment`, so the two can never resolve a flag differently. Everything
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.deploy.hardware import GpuSpec, get_gpu
+from autotune.deploy.hardware import GpuSpec, get_device
 from autotune.deploy.model import ModelArch, resolve_model, weight_precision
 from autotune.deploy.vllm_env import VllmEnv
 from autotune.engine import EngineConfig, resolve_defaults
@@ -54,15 +54,24 @@ class Deployment:
 
     @property
     def cuda_graphs(self) -> bool:
+        """Whether vLLM captures CUDA graphs. Never on a CPU host: vLLM's CPU platform empties
+        ``cudagraph_capture_sizes`` whatever ``enforce_eager`` says (``platforms/cpu.py``)."""
+        return not self.config.compilation.enforce_eager and not self.gpu.is_cpu
+
+    @property
+    def compiles(self) -> bool:
+        """Whether vLLM compiles the model at startup: torch.compile with CUDA graphs on a GPU,
+        inductor (``DYNAMO_TRACE_ONCE``) on a CPU host; ``enforce_eager`` switches it off on both."""
         return not self.config.compilation.enforce_eager
 
 
 def resolve_deployment(model: str, gpu: str, flags: Mapping[str, Any],
                        env: Mapping[str, str] | None = None) -> Deployment:
-    """Resolve ``flags`` with vLLM's defaults for ``gpu``, and the vLLM variables of ``env``
-    (:mod:`autotune.deploy.vllm_env`); unknown model/GPU or a bad variable raise UserError."""
+    """Resolve ``flags`` with vLLM's defaults for ``gpu`` (a GPU, or ``cpu``: a CPU host running
+    vLLM's CPU build), and the vLLM variables of ``env`` (:mod:`autotune.deploy.vllm_env`);
+    unknown model/GPU or a bad variable raise UserError."""
     arch = resolve_model(model)
-    spec = get_gpu(gpu)
+    spec = get_device(gpu)
     given = dict(flags)
     if given.get("max_model_len") is None:
         given["max_model_len"] = arch.max_position_embeddings

@@ -176,6 +176,8 @@ def _invalid(dep: Deployment) -> str | None:
 # --- the plan -----------------------------------------------------------------------------
 def plan_startup(dep: Deployment, profile: SimProfile = NOMINAL) -> StartupPrediction:
     """Replay vLLM's startup accounting for ``dep``; the first failing step ends it."""
+    if dep.gpu.is_cpu:
+        return plan_cpu_host(dep, profile)
     total = dep.gpu.mem_total_bytes
     gmu = dep.config.cache.gpu_memory_utilization
     ctx = int(profile.cuda_context_gib * GiB)
@@ -270,6 +272,108 @@ def plan_startup(dep: Deployment, profile: SimProfile = NOMINAL) -> StartupPredi
         log.append(f"CUDA graph pool memory: {_gib(cg):.2f} GiB (actual), {_gib(cg_estimate):.2f} GiB (estimated), "
                    f"difference: {_gib(abs(cg - cg_estimate)):.2f} GiB")
     return result(True, "", FailureClass.NONE, kv_bytes, blocks, cg)
+
+
+def _cpu_invalid(dep: Deployment) -> str | None:
+    """The GPU's argument checks, and the CPU attention backend's block sizes (``CPU_ATTN``
+    supports ``MultipleOf(32)``; ``platforms/interface.py`` ``_check_aligned_block_size``)."""
+    bad = _invalid(dep)
+    if bad is None and dep.block_size % 32:
+        bad = f"Aligned KV cache block size {dep.block_size} is not supported by attention backend(s): CPU_ATTN."
+    return bad
+
+
+def plan_cpu_host(dep: Deployment, profile: SimProfile = NOMINAL) -> StartupPrediction:
+    """vLLM's CPU build's startup (``v1/worker/cpu_worker.py``, ``platforms/cpu.py``), one rank.
+
+    1. ``VLLM_CPU_KVCACHE_SPACE`` (GiB), when set, overrides ``kv_cache_memory_bytes``.
+    2. ``CPUWorker.__init__``: ``requested = ceil(node total * gpu_memory_utilization)``; without an
+       explicit KV size, a ValueError if the node's available memory is below it.
+    3. Weights load into the worker's RSS (with the Python/torch/vLLM runtime, ``non_torch_gib``).
+    4. ``determine_available_memory``: a warm-up forward first unless the model runs eager with an
+       explicit KV size (``_should_warm_up_model``); explicit KV: a ValueError if the node has less
+       available; else KV = requested - the worker's RSS (weights, runtime, warm-up peak).
+    5. The KV checks every V1 worker shares (``kv_cache_utils``), as on a GPU.
+
+    No CUDA graphs (none are captured on CPU); inductor compiles unless ``enforce_eager``.
+    ``cuda_context_gib`` is, on a CPU host, the node memory the engine cannot have (the OS, other
+    processes). vLLM's node-memory refusals are ValueErrors, which autotune's vllm backend records as
+    ``invalid_config`` (its classifier, autotune/backends/vllm/classify.py): the plan says the same.
+    """
+    c = dep.config
+    total = dep.gpu.mem_total_bytes
+    gmu = c.cache.gpu_memory_utilization
+    other = int(profile.cuda_context_gib * GiB)
+    free = total - other  # the node's available memory at startup
+    weights = dep.arch.weight_bytes_per_gpu(dep.precision, dep.tp)
+    runtime = non_torch_bytes(dep, profile)
+    space = dep.env.cpu_kvcache_space_gib
+    kv_override = space * GiB if space is not None else c.cache.kv_cache_memory_bytes
+    warm = dep.compiles or kv_override is None
+    act = profiled_activation_peak(dep, profile) if warm else 0
+    requested = math.ceil(total * gmu)
+    p = profile
+    loaded_s = p.process_start_s + _load_s(dep, p)
+    ready_s = loaded_s + ((p.profile_s + (p.compile_s if dep.compiles else 0.0)) if warm else 0.0)
+    log: list[str] = []
+
+    def result(ok: bool, reason: str, cls: FailureClass, seconds: float, kv_bytes: int = 0,
+               blocks: int = 0) -> StartupPrediction:
+        used = weights + runtime + act + kv_bytes
+        mem = MemBreakdown(
+            total=_gib(total), budget=_gib(requested if kv_override is None else used), cuda_context=_gib(other),
+            weights=_gib(weights), non_torch=_gib(runtime), activation_peak=_gib(act), kv_cache=_gib(kv_bytes),
+            cuda_graphs=0.0, cuda_graphs_estimate=0.0, headroom=_gib(total - other - used),
+        )
+        conc = blocks / math.ceil(dep.max_model_len / dep.block_size) if blocks else 0.0
+        return StartupPrediction(ok, reason, cls, blocks * dep.block_size, blocks, mem, seconds, conc, (), log)
+
+    bad = _cpu_invalid(dep)
+    if bad:
+        return result(False, bad, FailureClass.INVALID_CONFIG, p.arg_check_s)
+    node = f"Available memory on node 0 ({_gib(free):.2f}/{_gib(total):.2f} GiB)"
+    if kv_override is None and requested > free:
+        return result(False, (
+            f"{node} on startup is less than desired CPU memory utilization ({gmu}, {_gib(requested):.2f} GiB). "
+            "On the CPU backend, the `--gpu-memory-utilization` flag controls the fraction of CPU memory reserved "
+            "(despite its name)."), FailureClass.INVALID_CONFIG, p.process_start_s)
+    rss = weights + runtime + act
+    if rss > free:
+        return result(False, f"RuntimeError: DefaultCPUAllocator: not enough memory: you tried to allocate "
+                      f"{weights} bytes. (while loading model weights)", FailureClass.STARTUP_OOM, loaded_s)
+    log.append(f"Model loading took {_gib(weights):.4f} GiB")
+    left = free - rss
+    node = f"Available memory on node 0 ({_gib(left):.2f}/{_gib(total):.2f} GiB) on kv cache allocation"
+    if kv_override is not None:
+        if kv_override > left:
+            return result(False, f"{node} is less than requested memory for kv ({_gib(kv_override):.2f} GiB). "
+                          "Decrease --kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE, or reduce CPU memory used by "
+                          "other processes.", FailureClass.INVALID_CONFIG, ready_s)
+        available = kv_override
+        log.append(f"Explicitly set ({_gib(available):.2f}/{_gib(total):.2f}) GiB for KV cache on node 0.")
+    else:
+        available = requested - rss
+        if available <= 0 or available > left:
+            return result(False, f"{node} is less than requested memory for kv ({_gib(available):.2f}/"
+                          f"{_gib(requested):.2f} GiB). Reduce CPU memory used by other processes.",
+                          FailureClass.INVALID_CONFIG, ready_s)
+        log.append(f"Auto set ({_gib(available):.2f}/{_gib(total):.2f}) GiB for KV cache on node 0.")
+    conserve = " See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+    if available <= 0:
+        return result(False, "No available memory for the cache blocks. Try increasing "
+                      "`gpu_memory_utilization` when initializing the engine." + conserve,
+                      FailureClass.STARTUP_OOM, ready_s)
+    page = dep.block_size * dep.kv_bytes_per_token
+    needed = math.ceil(dep.max_model_len / dep.block_size) * page
+    if needed > available - page:  # as on a GPU (the null block held back)
+        return result(False, (
+            f"To serve at least one request with the model's max seq len ({dep.max_model_len}), "
+            f"({_gib(needed):.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
+            f"({_gib(available):.2f} GiB). Try increasing `gpu_memory_utilization` or decreasing "
+            "`max_model_len` when initializing the engine." + conserve), FailureClass.STARTUP_OOM, ready_s)
+    blocks = available // page
+    log.append(f"GPU KV cache size: {blocks * dep.block_size:,} tokens")
+    return result(True, "", FailureClass.NONE, ready_s, blocks * page, blocks)
 
 
 def predict_startup(model: str, gpu: str, flags: Mapping[str, Any], env: Mapping[str, str] | None = None,

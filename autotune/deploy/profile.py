@@ -87,8 +87,9 @@ class SimProfile:
     noise: bool = True
 
     # --- draws and files -------------------------------------------------------------------
-    def perturbed(self, seed: int) -> SimProfile:
-        """A "truth": every constant drawn independently and log-uniformly within its range.
+    def perturbed(self, seed: int, device: str = "gpu") -> SimProfile:
+        """A "truth": every constant drawn independently and log-uniformly within its range
+        (``device``'s ranges: :func:`ranges`).
 
         Log-uniform because the constants are scales whose uncertainty is a factor, not an
         offset. Deterministic in ``seed`` (sha512 string seeding, independent of
@@ -96,8 +97,9 @@ class SimProfile:
         """
         rng = random.Random(f"autotune-sim-profile/{seed}")
         drawn: dict[str, Any] = {}
+        box = ranges(device)
         for f in constants():
-            low, high = f.metadata["range"]
+            low, high = box[f.name]
             drawn[f.name] = math.exp(rng.uniform(math.log(low), math.log(high)))
         return replace(self, **drawn)
 
@@ -168,3 +170,46 @@ def constants() -> list[Any]:
 
 
 NOMINAL = SimProfile()
+
+# --- a CPU host (vLLM's CPU build; docs/simulator.md, "CPU host") ------------------------------
+# The same constants mean the same step of vLLM on a CPU host, but their values are CPU values:
+# (nominal, low, high, what it stands for there). Constants left out keep the GPU value and range
+# (TP-only terms, the noise of one step). Ranges are wide: one pilot of a toy model on one shared
+# core (experiments/vllm_cpu) is all that measured them, which is what ``fit_profile`` is for.
+CPU_HOST: dict[str, tuple[float, float, float, str]] = {
+    "compute_eff": (0.12, 0.03, 0.6, "achieved fraction of the cores' AMX bf16 peak (oneDNN GEMMs, CPU attention)"),
+    "hbm_eff": (0.6, 0.2, 1.0, "achieved fraction of the host table's per-core bandwidth"),
+    "eager_launch_us": (15.0, 5.0, 60.0, "PyTorch eager dispatch per op (no graphs on CPU; 14 ops per layer)"),
+    "cpu_step_us": (4000.0, 1000.0, 60000.0, "scheduler, shm broadcast to the worker, input preparation, "
+                    "output processing per step, on the engine's core"),
+    "cpu_seq_us": (200.0, 30.0, 2000.0, "per scheduled sequence per step, including the API server's "
+                   "detokenise and stream, which share the engine's core"),
+    "api_base_s": (3.0e-3, 1.0e-3, 3.0e-2, "HTTP + API server per request, on a shared core"),
+    "api_per_prompt_token_s": (5.0e-6, 1.0e-6, 5.0e-5, "tokenisation per prompt token"),
+    "cuda_context_gib": (4.0, 0.5, 10.0, "node memory the engine cannot have at startup (OS, other processes)"),
+    "non_torch_gib": (1.0, 0.4, 3.0, "worker RSS beyond weights and activations (Python, torch, vLLM)"),
+    "lazy_buffers_gib": (0.5, 0.1, 2.0, "memory allocated while serving beyond the startup RSS"),
+    "process_start_s": (25.0, 8.0, 90.0, "imports, API server and engine-core spawn, worker init, on one core"),
+    "load_gb_s": (1.0, 0.2, 5.0, "weight load (or dummy init) rate, GB/s"),
+    "profile_s": (5.0, 1.0, 30.0, "warm-up forward (only without an explicit KV size or with compilation)"),
+    "compile_s": (60.0, 15.0, 300.0, "inductor compile (DYNAMO_TRACE_ONCE) without enforce_eager"),
+    "run_speed_sigma": (0.15, 0.05, 0.4, "log-normal speed factor per server start (a shared core)"),
+    "startup_sigma": (0.25, 0.1, 0.5, "log-normal startup-time factor per server start (a shared core)"),
+}
+_cpu_values: dict[str, Any] = {k: v[0] for k, v in CPU_HOST.items()}
+CPU_NOMINAL = replace(NOMINAL, **_cpu_values)
+for _k, (_nom, _lo, _hi, _) in CPU_HOST.items():
+    assert 0 < _lo <= _nom <= _hi, (_k, _nom, _lo, _hi)
+
+
+def ranges(device: str = "gpu") -> dict[str, tuple[float, float]]:
+    """Each constant's plausible range on ``device`` (``gpu``, or ``cpu``: a CPU host)."""
+    out = {f.name: f.metadata["range"] for f in constants()}
+    if device == "cpu":
+        out.update({k: (lo, hi) for k, (_, lo, hi, _) in CPU_HOST.items()})
+    return out
+
+
+def nominal(device: str = "gpu") -> SimProfile:
+    """The nominal profile of ``device``: :data:`NOMINAL` for a GPU, :data:`CPU_NOMINAL` for a CPU host."""
+    return CPU_NOMINAL if device == "cpu" else NOMINAL

@@ -16,6 +16,11 @@ means vLLM 0.32.0's behaviour:
   graphs are captured after the KV cache, in memory outside the budget.
 
 Both are parsed as vLLM parses them: ``bool(int(value))``.
+
+* ``VLLM_CPU_KVCACHE_SPACE`` (vLLM's CPU build only; a GPU ignores it): the KV cache in GiB.
+  ``vllm/platforms/cpu.py`` (``check_and_update_config``, "Legacy setting") sets
+  ``kv_cache_memory_bytes = int(value) * GiB`` when the variable is set and not empty, so it
+  overrides ``--kv-cache-memory-bytes``; parsed as vLLM parses it, ``int(value)``.
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ from autotune.errors import UserError
 
 MODEL_RUNNER_VAR = "VLLM_USE_V2_MODEL_RUNNER"
 CUDAGRAPH_ESTIMATE_VAR = "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"
+CPU_KVCACHE_SPACE_VAR = "VLLM_CPU_KVCACHE_SPACE"
+# The variables a study's fingerprint counts (autotune/space/loader.py). VLLM_CPU_KVCACHE_SPACE is
+# read (below) but not counted yet: counting it would change the fingerprint of every existing CPU
+# study that sets it (search_spaces/tiny-cpu.yaml does), so their run directories would refuse to resume.
 VARS = (MODEL_RUNNER_VAR, CUDAGRAPH_ESTIMATE_VAR)
 
 
@@ -37,13 +46,14 @@ class VllmEnv:
 
     model_runner: Literal["v1", "v2"] = "v2"
     estimate_cudagraphs: bool = True
+    cpu_kvcache_space_gib: int | None = None  # VLLM_CPU_KVCACHE_SPACE (CPU build only); None: unset or empty
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None) -> VllmEnv:
         """Read the variables from ``env`` (a space's ``engine.env``); others are ignored."""
         env = env or {}
         v2 = _flag(env, MODEL_RUNNER_VAR, True)
-        return cls("v2" if v2 else "v1", _flag(env, CUDAGRAPH_ESTIMATE_VAR, True))
+        return cls("v2" if v2 else "v1", _flag(env, CUDAGRAPH_ESTIMATE_VAR, True), _kvcache_space(env))
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -55,3 +65,14 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     except ValueError:
         raise UserError(f"engine.env.{name}: {raw!r} is not an integer; vLLM reads it as bool(int(value)): "
                         "use 0 or 1") from None
+
+
+def _kvcache_space(env: Mapping[str, str]) -> int | None:
+    raw = env.get(CPU_KVCACHE_SPACE_VAR)
+    if raw is None or str(raw) == "":
+        return None
+    try:
+        return int(str(raw))
+    except ValueError:
+        raise UserError(f"engine.env.{CPU_KVCACHE_SPACE_VAR}: {raw!r} is not an integer; vLLM's CPU build reads it "
+                        "as int(value) GiB of KV cache") from None

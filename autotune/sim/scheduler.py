@@ -7,6 +7,8 @@ the *last* running request is preempted by recompute (blocks freed, progress kep
 prompt, back to the front of the waiting queue). Only if nothing was preempted, waiting
 requests are admitted FCFS while budget, sequence cap and free blocks allow, after a
 prefix-cache lookup. Without chunked prefill, a prompt must fit the remaining budget whole.
+On a CPU host, admission also needs free blocks for the request's whole sequence, not only its
+first chunk: vLLM 0.32's ``scheduler_reserve_full_isl`` (docs/simulator.md, "CPU host").
 
 :meth:`Scheduler.decode_run_length` finds how many pure-decode steps can be taken at once
 with nothing changing the batch, which is what makes the simulation fast.
@@ -58,6 +60,12 @@ class Scheduler:
         self.budget = sc.max_num_batched_tokens
         self.chunked = sc.enable_chunked_prefill
         self.pool = pool
+        # vLLM 0.32's SchedulerConfig.scheduler_reserve_full_isl (default True): a waiting request is
+        # admitted only if the KV cache can hold its whole sequence (KVCacheManager.allocate_slots,
+        # full_sequence_must_fit), not only its first chunk. Modelled on the CPU host, where the
+        # measured preemption counts show it; GPU deployments keep the model their committed ground
+        # truths were made with (first chunk only), docs/simulator.md says so.
+        self.full_isl = dep.gpu.is_cpu
         self.running: list[SimRequest] = []
         self.waiting: deque[SimRequest] = deque()
         self.preemptions = 0
@@ -111,7 +119,10 @@ class Scheduler:
         if not self.chunked and todo > budget:
             return None
         n = self._chunk(req, min(todo, budget))
-        return hits, n, self.pool.new_blocks_needed(req, n, hits)
+        need = self.pool.new_blocks_needed(req, n, hits)
+        if self.full_isl and todo > n:
+            need = max(need, self.pool.new_blocks_needed(req, todo, hits))
+        return hits, n, need
 
     def _chunk(self, req: SimRequest, n: int) -> int:
         """``n`` tokens of ``req``, capped by the prefill chunk limit while it prefills."""

@@ -9,7 +9,7 @@ from autotune.deploy import (
     NOMINAL,
     SimProfile,
     VllmEnv,
-    get_gpu,
+    get_device,
     plan_startup,
     resolve_deployment,
     resolve_model,
@@ -41,7 +41,7 @@ def simulate_trial(model: str, gpu: str, flags: Mapping[str, Any], workload: Wor
     entry points refuse them unless the space opts in), and the result says so in ``warnings``.
     """
     resolve_model(model)
-    get_gpu(gpu)
+    get_device(gpu)
     VllmEnv.from_env(env)
     result = _run(model, gpu, flags, workload, seed, early_stop, env, profile, quirks)
     ignored = unmodelled_flags(flags)

@@ -25,7 +25,8 @@ from pydantic import (
 )
 
 from autotune.backend_kinds import BACKEND_KINDS, backend_choices
-from autotune.deploy import NOMINAL, SimProfile, VllmEnv
+from autotune.deploy import NOMINAL, SimProfile, VllmEnv, device_kind
+from autotune.deploy.profile import nominal
 from autotune.engine import FLAG_SPECS, is_unmodelled, unknown_flags, unmodelled_flags
 from autotune.errors import UserError
 from autotune.rundir import study_name_problem
@@ -113,11 +114,13 @@ class EngineSection(_Strict):
             except UserError as e:
                 raise ValueError(str(e)) from None
             self.sim_profile = str(path)
+        else:
+            self._profile = nominal(device_kind(self.gpu))  # a CPU host has its own nominal values
         return self
 
     @property
     def profile(self) -> SimProfile:
-        """The simulator's constants for this space: ``sim_profile``'s, else nominal."""
+        """The simulator's constants for this space: ``sim_profile``'s, else the device's nominal."""
         return self._profile
 
 
@@ -438,6 +441,15 @@ class SearchSpace(_Strict):
             for choice in p.choices or []:
                 spec.check(choice)
         return v
+
+    @model_validator(mode="after")
+    def _device_profile(self) -> SearchSpace:
+        """autotune's own model starts from the device's nominal profile (a CPU host has its own)
+        unless ``study.strategy.model_profile`` names a file."""
+        strategy = self.study.strategy
+        if strategy.model_profile in ("nominal", "calibrated"):
+            strategy._base_profile = nominal(device_kind(self.engine.gpu))
+        return self
 
     @model_validator(mode="after")
     def _cross_check(self) -> SearchSpace:

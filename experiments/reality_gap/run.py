@@ -100,7 +100,7 @@ def run_replay_case(scenario: str, truth_seed: int, strategy: str, *, trials: in
                         f"{', '.join(replay.STRATEGY_MODES)}")
     if calibrate:
         raise UserError(f"--calibrate on {scenario}: {replay.NEEDS_SIMULATOR}; "
-                        "python -m experiments.vllm_cpu.fidelity reports the same gap")
+                        "python -m experiments.vllm_cpu.fidelity calibrates the simulator on the table instead")
     t0 = time.time()
     truth = replay.ReplayTruth.load(scenario, truth_seed)
     case_budget = trials if trials is not None else truth.space.study.trials

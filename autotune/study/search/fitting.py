@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from autotune.deploy import SimProfile
-from autotune.deploy.profile import constants
+from autotune.deploy.profile import ranges as profile_ranges
 
 Residuals = Callable[[np.ndarray], np.ndarray]
 
@@ -45,11 +45,12 @@ class Box:
         return (x - self.center) / self.sigma
 
 
-def profile_box(names: Sequence[str], center: SimProfile) -> Box:
-    """The box of ``names``' documented ranges, with a weak prior around ``center``'s values:
+def profile_box(names: Sequence[str], center: SimProfile, device: str = "gpu") -> Box:
+    """The box of ``names``' documented ranges on ``device`` (``gpu``, or ``cpu``: a CPU host's,
+    :func:`autotune.deploy.profile.ranges`), with a weak prior around ``center``'s values:
     one standard deviation is half the range, so the data decide every direction they can
     see and the prior only the ones they cannot."""
-    ranges = {f.name: f.metadata["range"] for f in constants()}
+    ranges = profile_ranges(device)
     lo = np.log([ranges[n][0] for n in names])
     hi = np.log([ranges[n][1] for n in names])
     return Box(lo, hi, np.log([getattr(center, n) for n in names]), (hi - lo) / 2.0)

@@ -37,9 +37,17 @@ from typing import Any
 
 import numpy as np
 
-from autotune.deploy import Deployment, SimProfile, get_gpu, plan_startup, resolve_deployment, resolve_model
+from autotune.deploy import (
+    Deployment,
+    SimProfile,
+    device_kind,
+    get_gpu,
+    plan_startup,
+    resolve_deployment,
+    resolve_model,
+)
 from autotune.deploy.memory import GiB
-from autotune.deploy.profile import constants
+from autotune.deploy.profile import ranges as profile_ranges
 from autotune.engine import unmodelled_flags
 from autotune.errors import UserError
 from autotune.results import FailureClass
@@ -118,8 +126,9 @@ class MemoryModel:
     def __init__(self, model: str, gpu: str, env: Mapping[str, str], profile: SimProfile) -> None:
         self.model, self.gpu, self.env, self.profile = model, gpu, dict(env), profile
         self._deployments: dict[str, Deployment] = {}
-        self.box = fitting.profile_box(MEMORY_CONSTANTS, profile)
-        ranges = {f.name: f.metadata["range"] for f in constants()}
+        device = device_kind(gpu)
+        self.box = fitting.profile_box(MEMORY_CONSTANTS, profile, device)
+        ranges = profile_ranges(device)
         # The most favourable profile in the ranges: least memory outside the KV cache. For a
         # CUDA-graph capture that does not fit, a larger graph estimate is favourable instead
         # (it leaves more of the budget outside the KV cache), hence the second one.
