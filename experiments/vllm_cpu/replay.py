@@ -20,7 +20,12 @@ Every figure served here is a CPU measurement of a toy model (random weights) on
   proposal is moved to the nearest table config not measured yet in the study (L1 distance over the
   space's params, each scaled to [0, 1]; the nearest of all once every config is measured), which is
   then what the trial records, runs and learns from. Confirmation runs (enqueued) repeat measured
-  configs as they would anywhere.
+  configs as they would anywhere. For autotune (mode ``model``) the sweep ranks the table's configs
+  (its candidate pool is the table) and its pick is taken as it is; a pick off the table (the sweep's
+  fallback to the screened TPE) is moved to the nearest table config not measured yet.
+* autotune's model of the deployment (screen, sweep, pruning; sim-best's nominal brute force over the
+  table's configs, :func:`sim_best`) is the simulator's CPU host; autotune's study runs the space without
+  its one unmodelled flag, ``load_format: dummy`` (:func:`model_space`), which reaches no engine here.
 
 The reality-gap harness runs strategies against it (``--scenario vllm-cpu``, experiments/reality_gap/run.py):
 its simulated-clock pool calls the backend in-process and advances its clock by the run's recorded
@@ -374,12 +379,20 @@ def _position(p: ParamSpec, v: Any) -> float:
     return (x - lo) / (hi - lo) if hi > lo else 0.0
 
 
-MODES = ("random", "grid", "nearest")
+MODES = ("random", "grid", "nearest", "model")
 
 
 class TableSampler(optuna.samplers.BaseSampler):
     """Every sampled trial is one of the table's configs (module docstring). Enqueued trials (confirmation
-    runs repeat a measured config) are left as enqueued; the backend refuses one that is not in the table."""
+    runs repeat a measured config) are left as enqueued; the backend refuses one that is not in the table.
+    An enqueued trial that leaves a param to the sampler (autotune's warm start: vLLM has no default
+    ``kv_cache_memory_bytes``) gets the value of the table config that agrees with every enqueued value and
+    lies nearest the middle of the params left open (the table's "vLLM defaults" are at the middle KV budget).
+
+    Mode ``model`` (autotune and its ablations): the strategy's own relative sample is taken as it is when it
+    is a table config (the sweep ranks the table's configs: :func:`table_pool`); anything else (the sweep's
+    fallback, the screen's pick among TPE's draws) is moved to the nearest table config not measured yet, as
+    ``nearest`` moves TPE's proposals."""
 
     def __init__(self, base: optuna.samplers.BaseSampler, table: Table, mode: str, seed: int) -> None:
         if mode not in MODES:
@@ -390,8 +403,35 @@ class TableSampler(optuna.samplers.BaseSampler):
         self._grid = list(range(len(self._configs)))
         random.Random(f"vllm-cpu-grid/{seed}").shuffle(self._grid)
         self._chosen: dict[int, tuple[dict[str, Any], dict[str, BaseDistribution]]] = {}
+        self._filled: dict[int, Config] = {}
+        self.snapped = 0  # model mode: proposals that were not table configs and were moved to one
+
+    def _nearest_fresh(self, study: optuna.Study, trial: FrozenTrial, proposal: Mapping[str, Any]) -> Config:
+        done = {params_key(t.params) for t in study.get_trials(deepcopy=False) if t.number != trial.number
+                and t.params}
+        at = {n: _position(self.space.params[n], v) for n, v in proposal.items() if n in self.space.params}
+        # The nearest config not measured yet (a sampler on the space's continuum almost never repeats a
+        # config exactly; snapping must not turn its new proposals into repeats); all measured: the nearest.
+        fresh = [c for c in self._configs if params_key(c.params) not in done] or self._configs
+        return min(fresh, key=lambda c: sum(abs(_position(self.space.params[n], c.params[n]) - x)
+                                            for n, x in at.items()))
+
+    def _model_choice(self, study: optuna.Study, trial: FrozenTrial) -> Config:
+        """The strategy's own relative sample, as a table config (class docstring)."""
+        dists = self.base.infer_relative_search_space(study, trial)
+        proposal = dict(self.base.sample_relative(study, trial, dists)) if dists else {}
+        if set(proposal) >= set(self.space.params):
+            c = self.table.configs.get(params_key({n: proposal[n] for n in self.space.params}))
+            if c is not None:
+                return c
+        self.snapped += 1
+        if not proposal:  # nothing relative: the strategy's own independent draws
+            proposal = suggest_params(_Draw(self.base, study, trial), self.space)  # type: ignore[arg-type]
+        return self._nearest_fresh(study, trial, proposal)
 
     def _choose(self, study: optuna.Study, trial: FrozenTrial) -> Config:
+        if self.mode == "model":
+            return self._model_choice(study, trial)
         if self.mode == "random":
             return random.Random(f"vllm-cpu-random/{self.seed}/{trial.number}").choice(self._configs)
         done = {params_key(t.params) for t in study.get_trials(deepcopy=False) if t.number != trial.number
@@ -400,12 +440,7 @@ class TableSampler(optuna.samplers.BaseSampler):
             left = [i for i in self._grid if params_key(self._configs[i].params) not in done]
             return self._configs[left[0] if left else self._grid[trial.number % len(self._grid)]]
         proposal = suggest_params(_Draw(self.base, study, trial), self.space)  # type: ignore[arg-type]
-        at = {n: _position(self.space.params[n], v) for n, v in proposal.items()}
-        # The nearest config not measured yet (a sampler on the space's continuum almost never repeats a
-        # config exactly; snapping must not turn its new proposals into repeats); all measured: the nearest.
-        fresh = [c for c in self._configs if params_key(c.params) not in done] or self._configs
-        return min(fresh, key=lambda c: sum(abs(_position(self.space.params[n], c.params[n]) - x)
-                                            for n, x in at.items()))
+        return self._nearest_fresh(study, trial, proposal)
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         if trial.system_attrs.get("fixed_params"):  # enqueued: it measures a given config
@@ -421,8 +456,24 @@ class TableSampler(optuna.samplers.BaseSampler):
         chosen = self._chosen.pop(trial.number, None)
         return dict(chosen[0]) if chosen is not None and search_space else {}
 
+    def _fill(self, trial: FrozenTrial) -> Config | None:
+        """The table config an enqueued trial that leaves params open measures (class docstring)."""
+        if trial.number not in self._filled:
+            given = {k: _canon(v) for k, v in trial.system_attrs["fixed_params"].items() if k in self.space.params}
+            match = [c for c in self._configs if all(_canon(c.params[k]) == v for k, v in given.items())]
+            if not match:
+                return None
+            open_ = [n for n in self.space.params if n not in given]
+            self._filled[trial.number] = min(match, key=lambda c: (sum(
+                abs(_position(self.space.params[n], c.params[n]) - 0.5) for n in open_), c.name))
+        return self._filled[trial.number]
+
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
+        if trial.system_attrs.get("fixed_params"):
+            c = self._fill(trial)
+            if c is not None:
+                return c.params[param_name]
         raise NotInTable(f"trial {trial.number} asked for {param_name} outside the table's configs: the replay "
                          "proposes table configs only")
 
@@ -443,17 +494,25 @@ SCENARIOS = {"vllm-cpu": RUNS, "vllm-cpu-pilot": PILOT}
 FAMILY = "measured-vllm-cpu"  # the JSON's truth_family: measured, not a simulator family
 OOM_LIMIT = 1.0  # per 1000 requests, the export rule's (experiments/reality_gap/truth.py)
 WITHIN = 0.02
-# Strategies that need autotune's simulator of the deployment (the screen, the sweep, the memory model's
-# pruning, the nominal brute force) or GPU-only procedures: refused here, each with its reason.
-NEEDS_SIMULATOR = ("autotune.sim models a CPU host now (gpu: cpu; experiments.vllm_cpu.fidelity calibrates it), but "
-                   "autotune's study still treats a CPU space as having no model (startup pruning and the screen ask "
-                   "for a GPU), and the simulator-driven strategies have not been run against this table")
+# GPU-only procedures: refused here, with the reason.
 REFUSED = {
-    "sim-best": NEEDS_SIMULATOR,
-    "auto-tune-sh": "vLLM's auto_tune.sh probes gpu_memory_utilization (0.98 down) with max_num_seqs 256: a GPU "
-                    "procedure whose configs were never measured on the CPU build (none is in the table)",
+    "auto-tune-sh": "vLLM's auto_tune.sh probes gpu_memory_utilization from 0.98 down with max_num_seqs 256 and "
+                    "keeps the highest that starts: on the CPU build the KV cache is kv_cache_memory_bytes (the table "
+                    "searches it; an explicit size makes gpu_memory_utilization size nothing), max_num_seqs 256 is "
+                    "outside the space and none of its configs is in the table, so the procedure has nothing to "
+                    "probe or measure here",
 }
-STRATEGY_MODES = {"random": "random", "tpe": "nearest", "tpe-confirm": "nearest", "grid": "grid"}
+ABLATION_NAMES = ("autotune-nosweep", "autotune-noscreen", "autotune-nolearn", "autotune-nominal",
+                  "autotune-noconfirm")
+STRATEGY_MODES = {"random": "random", "tpe": "nearest", "tpe-confirm": "nearest", "grid": "grid",
+                  "autotune": "model", **{a: "model" for a in ABLATION_NAMES}}
+RUNNABLE = (*STRATEGY_MODES, "sim-best")
+# The one flag of the table's space the simulator does not model: --load-format dummy initialises the same
+# weights at random (same shapes, memory and arithmetic; only the load differs, and the CPU host's startup
+# constants are calibrated on these dummy-load startups). autotune's studies (and so its model: screen, sweep,
+# pruning) and sim-best's nominal brute force run the space without it (:func:`model_space`); a replayed trial
+# never reaches an engine, so the flag changes no answer.
+MODEL_IGNORES = ("load_format",)
 
 
 def is_replay(scenario: str) -> bool:
@@ -461,16 +520,18 @@ def is_replay(scenario: str) -> bool:
     return scenario in SCENARIOS or scenario.endswith(".jsonl")
 
 
-def table_for(scenario: str) -> Table:
+def table_for(scenario: str, min_runs: int | None = None) -> Table:
     """The scenario's table: ``vllm-cpu`` is results/runs.jsonl (the full table) once it holds at least two
     configs with all their starts, else the pilot (results/pilot.jsonl), which the JSON then names; a
-    ``*.jsonl`` path is that file."""
+    ``*.jsonl`` path is that file. ``min_runs``: the starts a config needs to be in the table (default
+    :data:`MIN_RUNS`; 1 admits the full table's configs measured once while its later rounds run)."""
+    n = MIN_RUNS if min_runs is None else min_runs
     if scenario not in SCENARIOS:
-        return Table.load(Path(scenario))
+        return Table.load(Path(scenario), min_runs=n)
     path = SCENARIOS[scenario]
     if scenario == "vllm-cpu":
         try:
-            t = Table.load(path)
+            t = Table.load(path, min_runs=n)
             if len(t) >= 2:
                 return t
         except (OSError, ValueError):
@@ -481,13 +542,63 @@ def table_for(scenario: str) -> Table:
 
 def strategy_problem(strategy: str) -> str | None:
     """Why ``strategy`` cannot run against the replay (None: it can)."""
-    if strategy in STRATEGY_MODES:
+    if strategy in RUNNABLE:
         return None
     if strategy in REFUSED:
         return REFUSED[strategy]
-    if strategy.startswith("autotune"):
-        return NEEDS_SIMULATOR
     return f"unknown strategy {strategy!r}"
+
+
+_MODEL_DIR: list[Path] = []
+
+
+def model_space(space: SearchSpace) -> SearchSpace:
+    """The space as autotune's model of the deployment sees it: the model directory made absolute (without the
+    built model, a fresh clone, a directory holding model.py's config.json alone: what the simulator reads) and
+    :data:`MODEL_IGNORES` left out of the engine flags."""
+    import tempfile
+
+    from experiments.vllm_cpu import model as model_mod
+
+    path = Path(space.engine.model)
+    path = path if path.is_absolute() else HERE.parents[1] / path
+    if not (path / "config.json").is_file():
+        if not _MODEL_DIR:
+            d = Path(tempfile.mkdtemp(prefix="vllm-cpu-model-"))
+            (d / "config.json").write_text(json.dumps({**model_mod.CONFIG, "vocab_size": model_mod.VOCAB_SIZE}))
+            _MODEL_DIR.append(d)
+        path = _MODEL_DIR[0]
+    flags = {k: v for k, v in space.engine.flags.items() if k not in MODEL_IGNORES}
+    return space.model_copy(update={"engine": space.engine.model_copy(update={"model": str(path), "flags": flags})})
+
+
+def table_pool(table: Table) -> list[dict[str, Any]]:
+    """The table's configs as the sweep's candidate pool (searched params only), in name order."""
+    return [dict(c.params) for c in sorted(table.configs.values(), key=lambda c: c.name)]
+
+
+_SIM_BEST: dict[tuple, tuple[Config, dict[str, float]]] = {}
+
+
+def sim_best(table: Table) -> tuple[Config, dict[str, float]]:
+    """The nominal simulator's best config among the table's (autotune's model profile, noise off, the space's
+    whole benchmark; ranked as the screen ranks: predicted to start and meet the constraints, the OOM limit,
+    then the main objective), with its prediction. Cached per table."""
+    from autotune.calibrate.model import simulate
+    from autotune.study.search.screening import score
+
+    key = (str(table.path), table.landscape, tuple(sorted(table.configs)))
+    if key not in _SIM_BEST:
+        space = model_space(table.space)
+        profile = space.study.strategy.base_profile
+        preds = [(c, simulate(space, {**space.fixed_flags(), **c.params}, profile))
+                 for c in sorted(table.configs.values(), key=lambda c: c.name)]
+        ranked = [(score(m, space), c.name, c, m) for c, m in preds if m]
+        if not ranked:
+            raise ValueError(f"{table.path}: the nominal simulator predicts no table config to start")
+        _, _, c, m = min(ranked, key=lambda r: (r[0], r[1]))
+        _SIM_BEST[key] = (c, m)
+    return _SIM_BEST[key]
 
 
 @dataclass
@@ -514,8 +625,8 @@ class ReplayTruth:
     family: str = FAMILY
 
     @classmethod
-    def load(cls, scenario: str, seed: int) -> ReplayTruth:
-        return cls(scenario, seed, table_for(scenario))
+    def load(cls, scenario: str, seed: int, min_runs: int | None = None) -> ReplayTruth:
+        return cls(scenario, seed, table_for(scenario, min_runs))
 
     @property
     def space(self) -> SearchSpace:
@@ -575,7 +686,27 @@ class ReplayTruth:
             "hours_note": self.hours_note}
 
 
+def sweep_of(sampler: optuna.samplers.BaseSampler) -> Any:
+    """The SweepSampler in a chain of wrapping samplers (``.base``), or None."""
+    from autotune.study.search import SweepSampler
+
+    s: Any = sampler
+    while s is not None:
+        if isinstance(s, SweepSampler):
+            return s
+        s = getattr(s, "base", None)
+    return None
+
+
 def sampler_wrapper(table: Table, strategy: str, seed: int):
-    """The wrap the harness puts around the strategy's sampler: proposals are table configs."""
+    """The wrap the harness puts around the strategy's sampler: proposals are table configs. For autotune
+    (mode ``model``) the sweep's candidate pool becomes the table's configs first."""
     mode = STRATEGY_MODES[strategy]
-    return lambda base: TableSampler(base, table, mode, seed)
+
+    def wrap(base: optuna.samplers.BaseSampler) -> TableSampler:
+        sweep = sweep_of(base)
+        if mode == "model" and sweep is not None:
+            sweep.pool = table_pool(table)
+        return TableSampler(base, table, mode, seed)
+
+    return wrap
