@@ -23,7 +23,7 @@ import optuna
 from autotune.calibrate import observations as obs
 from autotune.calibrate.calibration import fit_profile
 from autotune.calibrate.model import simulate
-from autotune.deploy import SimProfile, known_gpus, resolve_model
+from autotune.deploy import SimProfile, known_devices, resolve_model
 from autotune.errors import UserError
 from autotune.space import SearchSpace
 from autotune.study.search import ScreeningSampler, SweepSampler
@@ -65,14 +65,15 @@ class SimModel:
 
 
 def simulator_models(space: SearchSpace) -> bool:
-    """Whether the simulator can model this space's model, GPU and flags. If it cannot (a
-    model it has no config for, a CPU "GPU", an unmodelled flag), the search runs unscreened,
-    as pruning runs off: the screen is an aid, never a reason to refuse a study."""
+    """Whether the simulator can model this space's model, device and flags: a GPU of its table or
+    its CPU host (``gpu: cpu``, vLLM's CPU build; docs/simulator.md "CPU host"). If it cannot (a
+    model it has no config for, a device it does not know, an unmodelled flag), the search runs
+    unscreened, as pruning runs off: the screen is an aid, never a reason to refuse a study."""
     try:
         resolve_model(space.engine.model)
     except UserError:
         return False
-    return space.engine.gpu in known_gpus() and not space.unmodelled_flags()
+    return space.engine.gpu in known_devices() and not space.unmodelled_flags()
 
 
 def screen_wrapper(base: optuna.samplers.BaseSampler, space: SearchSpace, seed: int) -> optuna.samplers.BaseSampler:

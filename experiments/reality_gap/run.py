@@ -18,8 +18,9 @@ study's own trials (nominal -> calibrated) and the truth's own noise-free error 
 except in the ``vllm-cpu`` scenarios: there the truth is experiments/vllm_cpu's table of CPU
 measurements of a toy model on vLLM's CPU build (never GPU figures), each trial answered by one
 recorded run of its config drawn with seed N (experiments/vllm_cpu/replay.py), the true best the
-best mean in the table; strategies needing autotune's simulator of the deployment are refused
-there until it models a CPU host.
+best mean in the table; autotune's model there is the simulator's CPU host, sim-best the nominal
+simulator's best of the table's configs, auto-tune-sh refused (``--min-runs`` admits configs with
+fewer starts).
 """
 
 from __future__ import annotations
@@ -67,10 +68,14 @@ def gpus_per_worker(bench: BenchStudy) -> int:
 
 def run_case(scenario: str, truth_seed: int, strategy: str, *, trials: int | None = None, seed: int | None = None,
              calibrate: bool = False, jobs: int = 2, log=lambda *_: None,
-             family: str = DEFAULT_FAMILY) -> dict[str, Any]:
-    """Run one study against the truth and score it (the JSON object of the contract)."""
+             family: str = DEFAULT_FAMILY, min_runs: int | None = None) -> dict[str, Any]:
+    """Run one study against the truth and score it (the JSON object of the contract). ``min_runs``: replay
+    scenarios only, the starts a table config needs (replay.table_for)."""
     if replay.is_replay(scenario):
-        return run_replay_case(scenario, truth_seed, strategy, trials=trials, seed=seed, calibrate=calibrate)
+        return run_replay_case(scenario, truth_seed, strategy, trials=trials, seed=seed, calibrate=calibrate,
+                               min_runs=min_runs)
+    if min_runs is not None:
+        raise UserError("--min-runs: only for the vllm-cpu scenarios (a measured table)")
     check_scenario(scenario)
     if strategy not in STRATEGIES:
         raise UserError(f"--strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
@@ -92,33 +97,82 @@ def run_case(scenario: str, truth_seed: int, strategy: str, *, trials: int | Non
 
 
 def run_replay_case(scenario: str, truth_seed: int, strategy: str, *, trials: int | None = None,
-                    seed: int | None = None, calibrate: bool = False) -> dict[str, Any]:
+                    seed: int | None = None, calibrate: bool = False,
+                    min_runs: int | None = None) -> dict[str, Any]:
     """One case against the measured table (experiments/vllm_cpu/replay.py): CPU measurements, replayed."""
     problem = replay.strategy_problem(strategy)
     if problem is not None:
         raise UserError(f"--strategy {strategy} on {scenario}: {problem}; runnable there: "
-                        f"{', '.join(replay.STRATEGY_MODES)}")
+                        f"{', '.join(replay.RUNNABLE)}")
     if calibrate:
-        raise UserError(f"--calibrate on {scenario}: {replay.NEEDS_SIMULATOR}; "
-                        "python -m experiments.vllm_cpu.fidelity calibrates the simulator on the table instead")
+        raise UserError(f"--calibrate on {scenario}: its noise floor needs a simulated truth's own profile, which a "
+                        "measured table has not; python -m experiments.vllm_cpu.fidelity calibrates the simulator on "
+                        "the table instead")
     t0 = time.time()
-    truth = replay.ReplayTruth.load(scenario, truth_seed)
+    truth = replay.ReplayTruth.load(scenario, truth_seed, min_runs=min_runs)
     case_budget = trials if trials is not None else truth.space.study.trials
     study_seed = truth_seed if seed is None else seed
-    space = variant(truth.space, "random" if strategy == "grid" else strategy)
+    extra: dict[str, Any] = {}
     t1 = time.time()
     try:
-        bench = build(space, truth.backend(), study_seed, case_budget,
-                      wrap_sampler=replay.sampler_wrapper(truth.table, strategy, study_seed)).run()
+        if strategy == "sim-best":
+            # Zero search: the nominal simulator's best of the table's configs, measured once.
+            best, pred = replay.sim_best(truth.table)
+            extra = {"sim_best_config": best.name, "sim_best_predicted_p99_s": pred.get("p99_e2e_s")}
+            bench = build(sim_best_space(truth.space, best.params), truth.backend(), study_seed,
+                          budget(strategy, case_budget)).run()
+        else:
+            space = variant(truth.space, "random" if strategy == "grid" else strategy)
+            model = replay.STRATEGY_MODES[strategy] == "model"
+            if model:  # autotune's study and its model see the space the simulator models (replay.model_space)
+                space = replay.model_space(space)
+            sampler = replay.sampler_wrapper(truth.table, strategy, study_seed)
+            bench = build(space, truth.backend(), study_seed, case_budget, wrap_sampler=sampler).run()
+            if model:
+                table_sampler = bench.study.sampler
+                sweep = replay.sweep_of(table_sampler)
+                extra = {"proposals_moved_to_table": getattr(table_sampler, "snapped", None),
+                         "sweep_decisions": sorted(set((sweep.decisions or {}).values())) if sweep else None}
     except replay.NotInTable as e:
         raise UserError(str(e)) from None
     study_s = time.time() - t1
     out = score_case(bench, truth, strategy, study_seed, case_budget)  # type: ignore[arg-type]
     out.update(truth.describe())
+    out.update(extra)
+    out.update(replay_progress(bench, truth))
     out["replay_answers"] = len(bench.pool.backend.log)
     out["replay_runs_served_again"] = bench.pool.backend.reused()
     out["runtime_s"] = {"total": round(time.time() - t0, 1), "study": round(study_s, 1), "brute_force": 0.0}
     return out
+
+
+def replay_progress(bench: BenchStudy, truth: replay.ReplayTruth) -> dict[str, Any]:
+    """Configs measured (distinct table configs launched), how many had been measured when the export was first
+    within 2 % (``_stable``: from when it stayed within 2 % to the end), and whether the export is tied with
+    the best (its mean within the best's 95 % interval; None while the best has one run)."""
+    recs = bench.records()
+    timed = S.timeline(recs, bench.pool.log)
+    seen: set[tuple] = set()
+    done: list[Any] = []
+    to_2pct = stable = None
+    for x in timed:
+        done.append(x.record)
+        seen.add(truth.table.key(x.record.flags))
+        c = S.export_choice(done, bench.space)
+        ok = c is not None and truth.within(truth.value(c.flags))
+        if to_2pct is None and ok:
+            to_2pct = len(seen)
+        stable = (stable if stable is not None else len(seen)) if ok else None
+    chosen = S.export_choice(recs, bench.space)
+    lo, hi = truth.best["interval_95"]
+    tied = None
+    if chosen is not None and math.isfinite(hi):
+        row = truth.value(chosen.flags)
+        v = float(row[truth.main])
+        tied = bool(row["started"]) and float(row["oom_per_1k"]) <= S.OOM_LIMIT and (v >= lo if truth.maximize
+                                                                                      else v <= hi)
+    return {"configs_measured": len(seen), "configs_to_2pct": to_2pct, "configs_to_2pct_stable": stable,
+            "tied_95": tied}
 
 
 def run_strategy(truth: Truth, strategy: str, study_seed: int, case_budget: int, jobs: int = 2,
@@ -250,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--study-seed", "--seed", dest="seed", type=int, help="study seed (default: the truth seed)")
     ap.add_argument("--calibrate", action="store_true", help="add the calibration error on this study's trials")
     ap.add_argument("--jobs", type=int, default=2, help="processes for a brute force that is not cached")
+    ap.add_argument("--min-runs", type=int, help="vllm-cpu scenarios: starts a table config needs (default "
+                    f"{replay.MIN_RUNS}; 1 admits configs measured once)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
     try:
@@ -257,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(f"--trials {args.trials}: must be at least 1")
         out = run_case(args.scenario, args.truth_seed, args.strategy, trials=args.trials, seed=args.seed,
                        calibrate=args.calibrate, jobs=args.jobs, log=lambda m: print(m, file=sys.stderr),
-                       family=args.truth_family)
+                       family=args.truth_family, min_runs=args.min_runs)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -41,7 +41,7 @@ from autotune.deploy import (
     Deployment,
     SimProfile,
     device_kind,
-    get_gpu,
+    get_device,
     plan_startup,
     resolve_deployment,
     resolve_model,
@@ -224,10 +224,11 @@ class StartupPredictor:
 
     @classmethod
     def for_space(cls, space: SearchSpace) -> StartupPredictor | None:
-        """A predictor when the memory model knows this model and GPU; else None (no pruning)."""
+        """A predictor when the memory model knows this model and device (a GPU of the table, or the
+        CPU host of vLLM's CPU build); else None (no pruning)."""
         try:
             resolve_model(space.engine.model)
-            get_gpu(space.engine.gpu)
+            get_device(space.engine.gpu)
         except UserError as e:
             log.info("startup pruning off, no memory model: %s", e)
             return None
@@ -262,7 +263,14 @@ class StartupPredictor:
         pred = plan_startup(dep, self.profile)
         if pred.ok:
             return ""
-        if not self.learn or pred.failure_class == FailureClass.INVALID_CONFIG:
+        if not self.learn:
+            return f"predicted startup failure: {pred.failure_reason}"
+        if pred.failure_class == FailureClass.INVALID_CONFIG:
+            # On a GPU an invalid config is an argument check, whatever the constants. The CPU build
+            # also refuses for node memory (ValueErrors, classed alike), which the uncertain constants
+            # decide: those only when the most favourable constants are refused too.
+            if dep.gpu.is_cpu and plan_startup(dep, self.memory.favourable).ok:
+                return ""
             return f"predicted startup failure: {pred.failure_reason}"
         if is_kv_shortage(pred.failure_reason):
             short = self.memory.needed_gib(dep) - self.memory.kv_upper_gib(dep, self.learned)
