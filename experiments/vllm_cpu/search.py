@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         info = {"rows": len(replay.read_rows(snap)), "table_configs": len(table), "table_runs": table.runs,
                 "min_runs": args.min_runs, "starts": "/".join(map(str, starts)),
                 "utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"), "best_config": best["config"],
-                "best_p99_s": best["p99_e2e_s"], "best_interval": [round(x, 3) for x in best["interval_95"]]}
+                "best_p99_s": best["p99_e2e_s"], "best_interval": [None if math.isnan(x) else round(x, 3) for x in best["interval_95"]]}
         cases = [(s, s, n, args.trials) for n in seeds(args.seeds) for s in args.strategies]
         if "grid" in args.strategies and not args.no_grid_full:
             cases += [("grid-full", "grid", n, len(table)) for n in seeds(args.seeds)]
