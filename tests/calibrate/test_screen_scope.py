@@ -1,5 +1,7 @@
 """The screen is an aid, never a reason to refuse a study: where the simulator cannot model the
-space (no config for the model, a CPU "GPU", an unmodelled flag) the search runs unscreened."""
+space (no config for the model, an unknown device, an unmodelled flag: tiny-cpu's model directory is
+not built here and it sets load_format, although its gpu: cpu is the simulator's CPU host) the search
+runs unscreened. A CPU space the simulator models is screened: tests/reality_gap/test_vllm_cpu_search.py."""
 
 from __future__ import annotations
 
