@@ -143,6 +143,10 @@ def test_each_study_subpackage_exports_a_curated_surface():
         mod = importlib.import_module(f"autotune.study.{sub}")
         names = getattr(mod, "__all__", None)
         assert names and all(hasattr(mod, n) and not n.startswith("_") for n in names), sub
+        # A name equal to one of its modules would shadow it: `import autotune.study.x.m as m`
+        # would then bind the name, not the module.
+        modules = {p.stem for p in (ROOT / "study" / sub).glob("*.py")}
+        assert not modules & set(names), f"study.{sub} exports {sorted(modules & set(names))}, its modules' names"
 
 
 def test_study_sees_only_the_backend_interface():

@@ -26,7 +26,6 @@ from autotune.study.analysis.export_rule import (
     recommendation,
     study_evidence,
 )
-from autotune.study.analysis.headroom import headroom
 from autotune.study.analysis.pareto import (
     FrontCache,
     FrontPoint,
@@ -47,4 +46,4 @@ from autotune.study.analysis.stats import (
     trials_needed,
 )
 
-__all__ = ["Choice", "ConfigEvidence", "DEFAULT_MAX_OOM_PER_1K", "FrontCache", "FrontPoint", "LATENCY", "MEASURED", "OOM_METRIC", "Ranking", "SHOWN", "SHOWN_METRICS", "StudyEvidence", "beta_cdf", "beta_quantile", "choose", "choose_for_export", "clopper_pearson_upper", "config_front", "config_key", "finalists", "front_points", "headroom", "mean_interval", "pareto_numbers", "pareto_trials", "pooled_log_sd", "pooled_relative_sd", "recommendation", "study_evidence", "summarize", "t_cdf", "t_quantile", "trials_needed"]
+__all__ = ["Choice", "ConfigEvidence", "DEFAULT_MAX_OOM_PER_1K", "FrontCache", "FrontPoint", "LATENCY", "MEASURED", "OOM_METRIC", "Ranking", "SHOWN", "SHOWN_METRICS", "StudyEvidence", "beta_cdf", "beta_quantile", "choose", "choose_for_export", "clopper_pearson_upper", "config_front", "config_key", "finalists", "front_points", "mean_interval", "pareto_numbers", "pareto_trials", "pooled_log_sd", "pooled_relative_sd", "recommendation", "study_evidence", "summarize", "t_cdf", "t_quantile", "trials_needed"]
