@@ -35,6 +35,40 @@ def ray_cluster():
     # Left running for the session; Ray shuts down at interpreter exit.
 
 
+# --- real vLLM (the CPU build): helpers in tests/integration/conftest.py ----------------------
+
+@pytest.fixture(scope="session")
+def vllm_python() -> str:
+    """The vLLM CPU venv's python; skips without it, fails under AUTOTUNE_REQUIRE_INTEGRATION=1."""
+    from tests.integration.conftest import VLLM_PYTHON, _check_vllm
+
+    why = _check_vllm()
+    if why:
+        if os.environ.get("AUTOTUNE_REQUIRE_INTEGRATION") == "1":
+            pytest.fail(f"AUTOTUNE_REQUIRE_INTEGRATION=1 but {why}")
+        pytest.skip(why)
+    return str(VLLM_PYTHON)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    from tests.tinymodel import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen2")
+
+
+@pytest.fixture(scope="session")
+def real_vllm(vllm_python, tiny_model):
+    """Real vLLM's runs of the backend contract's scenarios (tests/contract/adapters.py), each
+    run once per session: the contract suite and tests/integration/test_vllm_cpu.py read the
+    same startup failures rather than starting the same refused server twice."""
+    from tests.contract.adapters import RealVllmAdapter
+
+    adapter = RealVllmAdapter(vllm_python, tiny_model)
+    yield adapter
+    adapter.close()
+
+
 def run_cli(args: list[str], capsys) -> tuple[int, str, str]:
     """Invoke the CLI entry point in-process, as `autotune ARGS` would, and capture output."""
     from autotune.cli import main

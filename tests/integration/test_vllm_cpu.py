@@ -87,28 +87,19 @@ def test_server_killed_mid_benchmark_is_a_crash_and_restarts(vllm_python, tiny_m
     # would first fail vLLM's KV-cache check (a startup OOM, correctly).
     ({"block_size": 7, "num_gpu_blocks_override": None}, "No common block size for 7"),
 ])
-def test_invalid_flag_value_is_invalid_config(vllm_python, tiny_model, tmp_path, flags, needle):
-    backend = VllmBackend()
-    try:
-        res = backend.run_trial(TrialRequest(0, cpu_server(tiny_model, vllm_python), {**TINY_FLAGS, **flags},
-                                             tiny_workload(num_requests=4)))
-    finally:
-        backend.close()
+def test_invalid_flag_value_is_invalid_config(real_vllm, flags, needle):
+    # The session's run of these flags (the first is also the contract suite's invalid_value).
+    res = real_vllm.failed_start(flags).result
     assert res.status == TrialStatus.STARTUP_FAILED
     assert res.failure_class == FailureClass.INVALID_CONFIG, (res.failure_reason, res.failure_evidence)
     assert any(needle in line for line in res.failure_evidence)
     assert all(r.status == RequestStatus.ERROR for r in res.records)
 
 
-def test_kv_cache_smaller_than_max_model_len_is_a_real_startup_oom(vllm_python, tiny_model, tmp_path):
+def test_kv_cache_smaller_than_max_model_len_is_a_real_startup_oom(real_vllm):
     # 8 blocks of 32 tokens, one reserved: 224 tokens < max_model_len 256. vLLM's own check refuses to start.
-    backend = VllmBackend()
-    try:
-        res = backend.run_trial(TrialRequest(0, cpu_server(tiny_model, vllm_python),
-                                             {**TINY_FLAGS, "num_gpu_blocks_override": 8},
-                                             tiny_workload(num_requests=4)))
-    finally:
-        backend.close()
+    # The session's run of these flags, the contract suite's kv_too_small.
+    res = real_vllm.failed_start({"num_gpu_blocks_override": 8}).result
     assert res.failure_class == FailureClass.STARTUP_OOM
     assert any("larger than the available KV cache memory" in line for line in res.failure_evidence)
     assert res.metrics()["oom_per_1k"] == 1000
