@@ -17,10 +17,72 @@ AUTOTUNE = str(Path(sys.executable).with_name("autotune"))
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test on real vLLM is also ``slow``: ``pytest -m "not slow"`` is the quick loop
-    (a few minutes), ``.ci/run`` runs everything. Other slow modules say so themselves."""
+    (a few minutes), ``.ci/run`` runs everything. Other slow modules say so themselves.
+
+    On an xdist worker the groups (below) holding a slow test come first, collection order
+    otherwise: the long ones start at once and the many quick modules fill both workers at
+    the end. (The workers' order is the order the controller hands the groups out in.)"""
     for item in items:
         if item.get_closest_marker("integration"):
             item.add_marker(pytest.mark.slow)
+    if hasattr(config, "workerinput"):
+        slow = {xdist_group(item.nodeid) for item in items if item.get_closest_marker("slow")}
+        items.sort(key=lambda item: xdist_group(item.nodeid) not in slow)  # stable
+
+
+# --- pytest-xdist: pyproject's addopts run two workers, `--dist loadscope` --------------------
+# A group of tests runs whole on one worker, in order. Tests that share a module- or
+# session-scoped fixture (a study, real vLLM's runs, a server) must stay together, so a module
+# is a group, and modules that share one are joined here:
+#  - tests/integration/test_vllm_cpu.py and the contract suite read the same real-vLLM runs
+#    (the session's real_vllm below);
+#  - the PostgreSQL tests: two of them restart the server (the pg_url fixture also holds a
+#    lock, tests/reliability/conftest.py, for any elsewhere).
+XDIST_GROUPS = {
+    "tests/integration/test_vllm_cpu.py": "real-vllm",
+    "tests/contract/test_backend_contract.py": "real-vllm",
+    "tests/reliability/test_postgres.py": "postgres",
+    "tests/reliability/test_security.py": "postgres",
+}
+
+
+def xdist_group(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0]
+    return XDIST_GROUPS.get(module, module)
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: unknown to pytest without it
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadscope`` with the groups above as its scopes. (xdist's own loadgroup marks
+    do not reach its scheduler under pytest 9, whose node ids it can no longer rewrite.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid)
+
+    return GroupScheduling(config, log)
+
+
+TERMINAL_SIZE_VARS = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """(xdist's controller) The terminal size variables as this session's environment has
+    them: GNU readline, once imported here, exports COLUMNS=80 and LINES=24 at the C level,
+    which the workers would inherit, and the CLI's tables would fit 80 columns, not a pipe's."""
+    node.workerinput["terminal_size_vars"] = {k: os.environ.get(k) for k in TERMINAL_SIZE_VARS}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for k, v in getattr(config, "workerinput", {}).get("terminal_size_vars", {}).items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 @pytest.fixture(scope="session")

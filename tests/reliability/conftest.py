@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
+import tempfile
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +27,22 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 @pytest.fixture
-def pg_url() -> str:
-    """The test server's URL; skip without one, unless CI says it must be there."""
+def pg_url() -> Iterator[str]:
+    """The test server's URL; skip without one, unless CI says it must be there.
+
+    Held under an exclusive lock on a file beside the server's data: two tests restart the
+    server, so no two PostgreSQL tests run at once, in this session's xdist workers
+    (tests/conftest.py also keeps them on one) or in another session on this machine."""
     url = os.environ.get("AUTOTUNE_TEST_PG_URL")
     if not url:
         if os.environ.get("AUTOTUNE_REQUIRE_POSTGRES") == "1":
             pytest.fail("AUTOTUNE_REQUIRE_POSTGRES=1 but AUTOTUNE_TEST_PG_URL is unset; source scripts/start_postgres.sh")
         pytest.skip("no PostgreSQL: source scripts/start_postgres.sh to run the postgres tests")
-    return url
+    data = os.environ.get("AUTOTUNE_TEST_PG_DATA")
+    lock = Path(data).parent / "tests.lock" if data else Path(tempfile.gettempdir()) / "autotune-pg-tests.lock"
+    with lock.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield url
 
 
 @pytest.fixture
