@@ -15,18 +15,31 @@ import pytest
 import yaml
 
 from autotune.cli.ui import server_env, stop_group, ui_command
-from autotune.tracking.mlflow_tracker import MlflowTracker, TrialLog
+from autotune.tracking.mlflow_tracker import MlflowTracker, TrialLog, _create_store
 from tests.conftest import run_cli
 from tests.ui.ui_process import free_port, live_processes, start_ui
 
 pytestmark = pytest.mark.slow  # servers, clusters or long simulations: not in the quick loop
 
 
+_MIGRATED: list[bytes] = []  # the first store's database as MLflow's schema migrations left it
+
+
 def _store(run_dir: Path, study: str = "ui-study") -> str:
-    """A run directory as `autotune run` leaves it: the space copy and an MLflow store."""
+    """A run directory as `autotune run` leaves it: the space copy and an MLflow store.
+
+    MLflow's schema migrations (seconds) run once per process: each later store starts as a
+    copy of the first one's database right after them, before anything was logged, and the
+    tracker fills it as it would a fresh one (its deleted Default experiment's artifact root
+    names the first directory; nothing reads it)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "space.yaml").write_text(yaml.safe_dump({"version": 1, "study": {"name": study}}))
     db = f"sqlite:///{run_dir / 'mlflow.db'}"
+    if _MIGRATED:
+        (run_dir / "mlflow.db").write_bytes(_MIGRATED[0])
+    else:
+        _create_store(db, run_dir / "mlartifacts")
+        _MIGRATED.append((run_dir / "mlflow.db").read_bytes())
     tracker = MlflowTracker(db, run_dir / "mlartifacts", study, own_store=True)
     tracker.start_invocation({"study": study}, {})
     tracker.log_trial(TrialLog(0, "complete", {"max_num_seqs": 64}, {"p99_e2e_s": 1.5}))
