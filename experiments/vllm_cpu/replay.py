@@ -45,7 +45,7 @@ from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from autotune.backends.base import TrialRequest
 from autotune.engine import resolve_defaults
@@ -53,6 +53,7 @@ from autotune.metrics import LATENCY_SERIES, PERCENTILES, compute_metrics, perce
 from autotune.results import FailureClass, RequestRecord, RequestStatus, TrialResult, TrialStatus
 from autotune.space import SearchSpace, load_space
 from autotune.space.schema import ParamSpec
+from autotune.study.search import Choice, WrappingSampler, as_choice
 from autotune.study.trials.params import suggest_params
 
 HERE = Path(__file__).resolve().parent
@@ -345,27 +346,6 @@ class _Draw:
         return self.sampler.sample_independent(self.study, self.trial, name, CategoricalDistribution(list(choices)))
 
 
-class _Given:
-    """Optuna's suggest API answered with given values, recording the distributions asked."""
-
-    def __init__(self, values: Mapping[str, Any]) -> None:
-        self.values = values
-        self.distributions: dict[str, BaseDistribution] = {}
-
-    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
-                      log: bool = False) -> float:
-        self.distributions[name] = FloatDistribution(low, high, step=step, log=log)
-        return float(self.values[name])
-
-    def suggest_int(self, name: str, low: int, high: int, *, step: int = 1, log: bool = False) -> int:
-        self.distributions[name] = IntDistribution(low, high, step=step, log=log)
-        return int(self.values[name])
-
-    def suggest_categorical(self, name: str, choices: Sequence[Any]) -> Any:
-        self.distributions[name] = CategoricalDistribution(list(choices))
-        return self.values[name]
-
-
 def _position(p: ParamSpec, v: Any) -> float:
     """``v``'s place in param ``p``'s domain, in [0, 1]."""
     if p.type == "bool":
@@ -382,7 +362,7 @@ def _position(p: ParamSpec, v: Any) -> float:
 MODES = ("random", "grid", "nearest", "model")
 
 
-class TableSampler(optuna.samplers.BaseSampler):
+class TableSampler(WrappingSampler):
     """Every sampled trial is one of the table's configs (module docstring). Enqueued trials (confirmation
     runs repeat a measured config) are left as enqueued; the backend refuses one that is not in the table.
     An enqueued trial that leaves a param to the sampler (autotune's warm start: vLLM has no default
@@ -402,7 +382,7 @@ class TableSampler(optuna.samplers.BaseSampler):
         self._configs = list(table.configs.values())
         self._grid = list(range(len(self._configs)))
         random.Random(f"vllm-cpu-grid/{seed}").shuffle(self._grid)
-        self._chosen: dict[int, tuple[dict[str, Any], dict[str, BaseDistribution]]] = {}
+        self._chosen: dict[int, Choice] = {}
         self._filled: dict[int, Config] = {}
         self.snapped = 0  # model mode: proposals that were not table configs and were moved to one
 
@@ -445,16 +425,14 @@ class TableSampler(optuna.samplers.BaseSampler):
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         if trial.system_attrs.get("fixed_params"):  # enqueued: it measures a given config
             return {}
-        config = self._choose(study, trial)
-        given = _Given(config.params)
-        params = suggest_params(given, self.space)  # type: ignore[arg-type]
-        self._chosen[trial.number] = (params, given.distributions)
-        return given.distributions
+        choice = as_choice(self.space, self._choose(study, trial).params)
+        self._chosen[trial.number] = choice
+        return choice.distributions
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         chosen = self._chosen.pop(trial.number, None)
-        return dict(chosen[0]) if chosen is not None and search_space else {}
+        return dict(chosen.params) if chosen is not None and search_space else {}
 
     def _fill(self, trial: FrozenTrial) -> Config | None:
         """The table config an enqueued trial that leaves params open measures (class docstring)."""
@@ -476,16 +454,6 @@ class TableSampler(optuna.samplers.BaseSampler):
                 return c.params[param_name]
         raise NotInTable(f"trial {trial.number} asked for {param_name} outside the table's configs: the replay "
                          "proposes table configs only")
-
-    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.base.before_trial(study, trial)
-
-    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
-                    values: Sequence[float] | None) -> None:
-        self.base.after_trial(study, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        self.base.reseed_rng()
 
 
 # -- the reality-gap scenario ------------------------------------------------------------------

@@ -26,9 +26,9 @@ from autotune.study.search.pruning import (
 )
 from autotune.study.search.residual import DEFAULT_RUN_SD, ResidualGP, encode, run_log_sd
 from autotune.study.search.samplers import SAMPLERS, make_sampler
-from autotune.study.search.screening import ScreeningSampler, score
+from autotune.study.search.screening import Choice, ScreeningSampler, WrappingSampler, score
 from autotune.study.search.seeding import baseline_params
 from autotune.study.search.strategy import RunSpread, early_stop_notice, early_stop_rule
-from autotune.study.search.sweep import SweepSampler, candidate_pool, param_values
+from autotune.study.search.sweep import SweepSampler, as_choice, candidate_pool, param_values
 
-__all__ = ["DEFAULT_RUN_SD", "Kind", "MEMORY_CONSTANTS", "MemoryModel", "ResidualGP", "RunSpread", "SAMPLERS", "ScreeningSampler", "StartupPredictor", "Step", "SweepSampler", "baseline_params", "budget_needed", "budget_note", "budget_plan", "candidate_pool", "confirm_trials", "early_stop_notice", "early_stop_rule", "encode", "gpu_memory_gib", "make_sampler", "next_step", "param_values", "propose", "race", "run_log_sd", "score", "search_quota", "server_spec", "startup_observations", "trial_request"]
+__all__ = ["Choice", "DEFAULT_RUN_SD", "Kind", "MEMORY_CONSTANTS", "MemoryModel", "ResidualGP", "RunSpread", "SAMPLERS", "ScreeningSampler", "StartupPredictor", "Step", "SweepSampler", "WrappingSampler", "as_choice", "baseline_params", "budget_needed", "budget_note", "budget_plan", "candidate_pool", "confirm_trials", "early_stop_notice", "early_stop_rule", "encode", "gpu_memory_gib", "make_sampler", "next_step", "param_values", "propose", "race", "run_log_sd", "score", "search_quota", "server_spec", "startup_observations", "trial_request"]
