@@ -166,7 +166,7 @@ def _run_locked(space: SearchSpace, space_path: Path, opts: RunOptions, name: st
     pool = WorkerPool(space.engine.backend, n_workers, g, c, _backend_kwargs(space, opts))
     loop = TrialLoop(
         opened.study, space, pool,
-        target=target, seed=seed, callbacks=callbacks, stale_after_s=opts.stale_after_s, storage=storage,
+        target=target, seed=seed, callbacks=callbacks, stale_after_s=opts.stale_after_s,
         secrets=secret_values(space.engine.env, [space.study.storage, space.study.mlflow_tracking_uri,
                                                  storage_url, mlflow_uri]),
     )

@@ -32,9 +32,9 @@ def test_running_trial_of_dead_driver_is_failed_and_requeued_once(tmp_path):
     t.suggest_int("max_num_seqs", 8, 64)
     t.set_user_attr(DRIVER_ATTR, DEAD)
     me = DriverId.mine()
-    assert recover_orphans(study, me, storage=_storage_at(tmp_path)) == [t.number]
+    assert recover_orphans(study, me) == [t.number]
     assert study.trials[t.number].state == TrialState.FAIL
-    assert "died" in study.trials[t.number].user_attrs["failure_reason"]
+    assert "died" in TrialRecord.from_frozen(study.trials[t.number]).failure_reason
     assert recover_orphans(study, me) == []  # idempotent: a second recovery adds nothing
     rerun = _reruns(study, t.number)
     assert len(rerun) == 1 and rerun[0].state == TrialState.WAITING

@@ -71,13 +71,10 @@ class TrialLoop:
     ``secrets`` are scrubbed from each result (failure reason, evidence, server log) as it
     arrives, before any callback or Optuna sees it. ``stale_after_s``: how long another
     driver sharing the study may go without a heartbeat before its trials are taken over.
-    ``storage``: the one the study was opened on, through which the trials of drivers that
-    died are failed with their reason (a Study exposes no public handle on it).
     """
 
     def __init__(self, study: optuna.Study, space: SearchSpace, pool: WorkerPool, *, target: int, seed: int,
-                 callbacks: Sequence[Callback] = (), secrets: Sequence[str] = (), stale_after_s: float = 120.0,
-                 storage: optuna.storages.BaseStorage | None = None) -> None:
+                 callbacks: Sequence[Callback] = (), secrets: Sequence[str] = (), stale_after_s: float = 120.0) -> None:
         self.study = study
         self.space = space
         self.pool = pool
@@ -86,7 +83,7 @@ class TrialLoop:
         self.seed = seed
         self.callbacks = list(callbacks)
         self.secrets = list(secrets)
-        self.coordinator = Coordinator(study, stale_after_s, storage=storage)
+        self.coordinator = Coordinator(study, stale_after_s)
         self.front = FrontCache(study)
         self.spread = RunSpread.of(study, space)  # the latency objective's run-to-run spread: the stop margin
         self.tally = Tally()

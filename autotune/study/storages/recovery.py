@@ -19,9 +19,16 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.study.storages.storage import with_retries
-from autotune.study.trials import PROCESS_DIED, State, TrialRecord, enqueue_attrs, state_of
+from autotune.study.trials import (
+    DRIVER_ATTR,
+    PROCESS_DIED,
+    State,
+    TrialRecord,
+    enqueue_attrs,
+    owner_of,
+    state_of,
+)
 
-DRIVER_ATTR = "autotune.driver"
 HEARTBEAT_PREFIX = "autotune.heartbeat:"
 # User attribute of a re-run whose failed trial had been launched: the memory model let its
 # config start then, so it is measured now whatever the model has learnt since (a re-run
@@ -94,12 +101,6 @@ def claim(trial: optuna.Trial, me: DriverId) -> None:
     trial.set_user_attr(DRIVER_ATTR, str(me))
 
 
-def owner_of(t: FrozenTrial) -> str | None:
-    """The driver that asked ``t``. Studies stored before ownership moved to user attributes
-    (Optuna's public API writes no trial system attributes) hold it among the system ones."""
-    return t.user_attrs.get(DRIVER_ATTR) or t.system_attrs.get(DRIVER_ATTR)
-
-
 def is_mine_or_orphaned(trial: FrozenTrial, me: DriverId, beats: dict[str, float], stale_after_s: float,
                         now: float | None = None) -> bool:
     """May this driver act for ``trial`` (log it, fail it)? Only if it owns it or the owner is gone.
@@ -113,15 +114,14 @@ def is_mine_or_orphaned(trial: FrozenTrial, me: DriverId, beats: dict[str, float
     return driver_gone(owner, beats, stale_after_s, time.time() if now is None else now)
 
 
-def fail_and_requeue(study: optuna.Study, t: FrozenTrial, reason: str, live: optuna.Trial | None = None,
-                     storage: optuna.storages.BaseStorage | None = None) -> bool:
+def fail_and_requeue(study: optuna.Study, t: FrozenTrial, reason: str, live: optuna.Trial | None = None) -> bool:
     """Fail the RUNNING trial ``t`` with ``reason`` and enqueue its config again.
 
     The failure's attributes (class, reason) are written through ``live``, the
-    :class:`optuna.Trial` this driver asked as ``t`` when it is its own, or else through
-    ``storage``, the one the study was opened on (a Study exposes no public handle on its
-    storage, and an orphan has no live Trial). With neither, the trial is failed by number
-    and keeps only the class :data:`PROCESS_DIED`, the default of a FAIL trial without them.
+    :class:`optuna.Trial` this driver asked as ``t`` when it is its own. An orphan has no live
+    Trial, and Optuna's public API writes no attribute without one: it is failed by number, and
+    its record reads the class :data:`PROCESS_DIED` and the reason that its driver died, the
+    defaults of a FAIL trial that stores none (``TrialRecord.from_frozen``).
 
     Returns False, doing nothing, when another driver finished or failed it first. Failing
     comes first because only one driver can fail a trial (a second gets
@@ -134,8 +134,9 @@ def fail_and_requeue(study: optuna.Study, t: FrozenTrial, reason: str, live: opt
     record = TrialRecord.from_frozen(t)
     record.state, record.failure_class, record.failure_reason = State.FAILED, PROCESS_DIED, reason
     try:
-        # Attributes first: a finished trial can no longer be updated.
-        _write_attrs(study, t, record.changed_attrs(t.user_attrs), live, storage)
+        if live is not None:  # attributes first: a finished trial can no longer be updated
+            for k, v in record.changed_attrs(t.user_attrs).items():
+                live.set_user_attr(k, v)
         study.tell(live if live is not None else t.number, state=TrialState.FAIL)
     except (RuntimeError, ValueError):
         # Another driver finished or failed it first: UpdateFinishedTrialError from the
@@ -143,18 +144,6 @@ def fail_and_requeue(study: optuna.Study, t: FrozenTrial, reason: str, live: opt
         return False
     _requeue(study, record, launched)
     return True
-
-
-def _write_attrs(study: optuna.Study, t: FrozenTrial, attrs: dict, live: optuna.Trial | None,
-                 storage: optuna.storages.BaseStorage | None) -> None:
-    if live is not None:
-        for k, v in attrs.items():
-            live.set_user_attr(k, v)
-    elif storage is not None:
-        trial_id = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study.study_name),
-                                                                   t.number)
-        for k, v in attrs.items():
-            storage.set_trial_user_attr(trial_id, k, v)
 
 
 def was_launched(t: FrozenTrial) -> bool:
@@ -175,13 +164,11 @@ def _requeue(study: optuna.Study, failed: TrialRecord, launched: bool) -> None:
     study.enqueue_trial(failed.params, user_attrs=attrs)
 
 
-def recover_orphans(study: optuna.Study, me: DriverId, stale_after_s: float = 120.0,
-                    storage: optuna.storages.BaseStorage | None = None) -> list[int]:
+def recover_orphans(study: optuna.Study, me: DriverId, stale_after_s: float = 120.0) -> list[int]:
     """Fail RUNNING trials whose driver is gone and enqueue their configs again.
 
     Returns the numbers of the failed trials. Also heals a FAIL trial whose driver died
-    between failing and re-enqueueing it. ``storage``: the study's, through which each
-    failed trial gets its reason (see :func:`fail_and_requeue`).
+    between failing and re-enqueueing it.
     """
     beats = heartbeats(study)
     now = time.time()
@@ -196,7 +183,7 @@ def recover_orphans(study: optuna.Study, me: DriverId, stale_after_s: float = 12
             continue
         if t.state != TrialState.RUNNING or owner == str(me) or not driver_gone(owner, beats, stale_after_s, now):
             continue
-        if fail_and_requeue(study, t, f"driver {owner} died while the trial ran", storage=storage):
+        if fail_and_requeue(study, t, f"driver {owner} died while the trial ran"):
             failed.append(t.number)
     return failed
 
@@ -219,10 +206,8 @@ class Coordinator:
     from storage, so that drivers sharing a study stop at the same total.
     """
 
-    def __init__(self, study: optuna.Study, stale_after_s: float = 120.0, beat_every_s: float = 5.0,
-                 storage: optuna.storages.BaseStorage | None = None) -> None:
+    def __init__(self, study: optuna.Study, stale_after_s: float = 120.0, beat_every_s: float = 5.0) -> None:
         self.study = study
-        self.storage = storage  # the study's, so that orphans it fails keep their reason
         self.me = DriverId.mine()
         self.stale_after_s = stale_after_s
         self.beat_every_s = beat_every_s
@@ -233,7 +218,7 @@ class Coordinator:
         claim(trial, self.me)
 
     def recover(self) -> list[int]:
-        return with_retries(lambda: recover_orphans(self.study, self.me, self.stale_after_s, self.storage), "recover")
+        return with_retries(lambda: recover_orphans(self.study, self.me, self.stale_after_s), "recover")
 
     def beat_due(self) -> bool:
         return time.time() - self._last_beat > self.beat_every_s

@@ -98,7 +98,7 @@ def _retrying(fn: Callable[..., T], what: str, budget_s: float) -> Callable[...,
 class RetryingRDBStorage(optuna.storages.RDBStorage):
     """An ``RDBStorage`` whose every call survives a database restart.
 
-    Each public method retries transient errors (connection refused, connection reset,
+    Each method retries transient errors (connection refused, connection reset,
     server shutting down) for up to ``RETRY_BUDGET_S``; pooled connections the restart
     killed are replaced by ``pool_pre_ping``. Retrying is safe because Optuna rolls back
     a failed session: the call either committed or did nothing. The one ambiguity, a
@@ -130,18 +130,15 @@ class RetryingRDBStorage(optuna.storages.RDBStorage):
         return _retrying(once, "set_trial_state_values", self.retry_budget_s)()
 
 
-# Methods that talk to the database: BaseStorage's public ones (but set_trial_state_values,
-# which retries itself above) and the private ones Optuna's cache layer calls on its backend
-# directly: autotune never calls those itself; it only keeps them under the retries, and
-# tests/architecture/test_optuna_public_api.py fails if a release renames one.
-_RETRIED = (
-    frozenset(
-        name
-        for name in dir(optuna.storages.BaseStorage)
-        if not name.startswith("_") and callable(getattr(optuna.storages.BaseStorage, name))
-    )
-    | {"record_heartbeat", "get_current_version", "get_all_versions"}
-    | {"_create_new_trial", "_get_best_trial_id", "_get_stale_trial_ids", "_get_trials", "_set_trial_param"}
+# Every method an RDBStorage has (set_trial_state_values retries itself above), found by
+# introspection rather than listed: Optuna's cache layer calls some of its backend's
+# non-public methods directly, and a method added or renamed in a release is covered without
+# autotune naming it. Helpers that never touch the database cannot raise a transient error,
+# and a method called inside another is retried only by the outermost (``_nesting``).
+_RETRIED = frozenset(
+    name
+    for name in dir(optuna.storages.RDBStorage)
+    if not name.startswith("__") and callable(getattr(optuna.storages.RDBStorage, name))
 ) - {"set_trial_state_values"}
 
 

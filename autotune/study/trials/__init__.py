@@ -15,14 +15,16 @@ from autotune.study.trials.objectives import (
 from autotune.study.trials.params import check_constraints, suggest_params
 from autotune.study.trials.record import (
     BASELINE_NAME,
+    DRIVER_ATTR,
     PROCESS_DIED,
     Role,
     State,
     TrialRecord,
     enqueue_attrs,
+    owner_of,
     records,
     state_of,
     stored_trial,
 )
 
-__all__ = ["BASELINE_NAME", "PROCESS_DIED", "Role", "SERVING_CONSTRAINT", "STARTUP_CONSTRAINT", "State", "TrialRecord", "check_constraints", "constraint_values", "enqueue_attrs", "objective_values", "penalty", "records", "state_of", "stored_trial", "suggest_params"]
+__all__ = ["BASELINE_NAME", "DRIVER_ATTR", "PROCESS_DIED", "Role", "SERVING_CONSTRAINT", "STARTUP_CONSTRAINT", "State", "TrialRecord", "check_constraints", "constraint_values", "enqueue_attrs", "objective_values", "owner_of", "penalty", "records", "state_of", "stored_trial", "suggest_params"]

@@ -49,6 +49,8 @@ BASELINE_NAME = "vllm-defaults"
 # failure_class of a FAILED trial: the process running it (driver or Ray worker) died, so
 # nothing about the config is known. Not a FailureClass: those describe the engine.
 PROCESS_DIED = "driver"
+# User attribute naming the driver that asked a trial (study/storages/recovery.py claims it).
+DRIVER_ATTR = "autotune.driver"
 
 # Stored role of a rejected trial. Older readers (and the search benchmark) look for it;
 # the role it was sampled as is recovered from its reference name (see ``_role``).
@@ -171,7 +173,7 @@ class TrialRecord:
             params={**t.system_attrs.get("fixed_params", {}), **t.params},
             flags=dict(a.get("flags") or {}),
             failure_class=str(a.get("failure_class", PROCESS_DIED if state == State.FAILED else FailureClass.NONE)),
-            failure_reason=str(a.get("failure_reason", "")),
+            failure_reason=str(a.get("failure_reason", _died_reason(t) if state == State.FAILED else "")),
             metrics=metrics,
             values=list(t.values) if t.values else None,
             constraints=dict(t.constraints or {}),
@@ -184,6 +186,20 @@ class TrialRecord:
             started_at=t.datetime_start,
             finished_at=t.datetime_complete,
         )
+
+
+def owner_of(t: FrozenTrial) -> str | None:
+    """The driver that asked ``t``. Studies stored before ownership moved to user attributes
+    (Optuna's public API writes no trial system attributes) hold it among the system ones."""
+    return t.user_attrs.get(DRIVER_ATTR) or t.system_attrs.get(DRIVER_ATTR)
+
+
+def _died_reason(t: FrozenTrial) -> str:
+    """The reason of a FAILED trial that stores none: autotune writes a failure's reason before
+    it fails the trial, so only a trial whose driver died is failed without one (another driver
+    fails it by number, as Optuna's public API allows, and cannot write its attributes)."""
+    owner = owner_of(t)
+    return f"driver {owner} died while the trial ran" if owner else "its process died before it recorded an outcome"
 
 
 def state_of(t: FrozenTrial) -> State:
