@@ -24,6 +24,7 @@ from autotune.study.trials import (
     PROCESS_DIED,
     State,
     TrialRecord,
+    died_reason,
     enqueue_attrs,
     owner_of,
     state_of,
@@ -183,7 +184,7 @@ def recover_orphans(study: optuna.Study, me: DriverId, stale_after_s: float = 12
             continue
         if t.state != TrialState.RUNNING or owner == str(me) or not driver_gone(owner, beats, stale_after_s, now):
             continue
-        if fail_and_requeue(study, t, f"driver {owner} died while the trial ran"):
+        if fail_and_requeue(study, t, died_reason(t)):
             failed.append(t.number)
     return failed
 

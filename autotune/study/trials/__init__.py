@@ -20,6 +20,7 @@ from autotune.study.trials.record import (
     Role,
     State,
     TrialRecord,
+    died_reason,
     enqueue_attrs,
     owner_of,
     records,
@@ -27,4 +28,4 @@ from autotune.study.trials.record import (
     stored_trial,
 )
 
-__all__ = ["BASELINE_NAME", "DRIVER_ATTR", "PROCESS_DIED", "Role", "SERVING_CONSTRAINT", "STARTUP_CONSTRAINT", "State", "TrialRecord", "check_constraints", "constraint_values", "enqueue_attrs", "objective_values", "owner_of", "penalty", "records", "state_of", "stored_trial", "suggest_params"]
+__all__ = ["BASELINE_NAME", "DRIVER_ATTR", "PROCESS_DIED", "Role", "SERVING_CONSTRAINT", "STARTUP_CONSTRAINT", "State", "TrialRecord", "check_constraints", "constraint_values", "died_reason", "enqueue_attrs", "objective_values", "owner_of", "penalty", "records", "state_of", "stored_trial", "suggest_params"]

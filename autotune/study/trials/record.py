@@ -173,7 +173,7 @@ class TrialRecord:
             params={**t.system_attrs.get("fixed_params", {}), **t.params},
             flags=dict(a.get("flags") or {}),
             failure_class=str(a.get("failure_class", PROCESS_DIED if state == State.FAILED else FailureClass.NONE)),
-            failure_reason=str(a.get("failure_reason", _died_reason(t) if state == State.FAILED else "")),
+            failure_reason=str(a.get("failure_reason", died_reason(t) if state == State.FAILED else "")),
             metrics=metrics,
             values=list(t.values) if t.values else None,
             constraints=dict(t.constraints or {}),
@@ -194,7 +194,7 @@ def owner_of(t: FrozenTrial) -> str | None:
     return t.user_attrs.get(DRIVER_ATTR) or t.system_attrs.get(DRIVER_ATTR)
 
 
-def _died_reason(t: FrozenTrial) -> str:
+def died_reason(t: FrozenTrial) -> str:
     """The reason of a FAILED trial that stores none: autotune writes a failure's reason before
     it fails the trial, so only a trial whose driver died is failed without one (another driver
     fails it by number, as Optuna's public API allows, and cannot write its attributes)."""
