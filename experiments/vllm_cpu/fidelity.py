@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                          "--table")
     args = ap.parse_args(argv)
     try:
-        table = replay.Table.load(args.table, min_runs=args.min_runs) if args.table else replay.table_for("vllm-cpu")
+        table = replay.Table.load(args.table, min_runs=args.min_runs) if args.table else replay.table_for("vllm-cpu", args.min_runs)
         cal_table = replay.Table.load(args.calibration_table) if args.calibration_table else None
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
