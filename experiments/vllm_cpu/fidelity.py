@@ -18,6 +18,22 @@ is null: no number is made up. The simulator models the deployment with its CPU 
 autotune/deploy/hardware.py's ``HOSTS``, the CPU ranges and nominal values of autotune/deploy/profile.py's
 ``CPU_HOST``; docs/simulator.md, "CPU host"); ``fit_profile`` starts from that nominal profile.
 
+**Speed against structure.** This shared machine's speed moves by up to 2x between server starts (other
+tenants of the host, other agents' processes): a slow start stretches every step, so it stretches p99, the
+benchmark's duration and the server's own startup alike, while the engine's work (preemptions, prefix-cache
+hits, output lengths) is the same in every start. The same run's other timings therefore measure that speed,
+and a ratio of two of them cancels it. ``views`` gives the figures for two such ratios, each predicted as the
+same ratio of the model's values: ``p99_over_duration`` (where in the benchmark's span the slowest requests
+finish, which the scheduler, batching, preemption and prefix reuse decide) and ``p99_over_startup`` (p99 in
+units of the run's own server start, a speed probe every trial records). Each view has ``median_abs_err``,
+``p90_abs_err``, ``spearman``, ``noise_cv`` (the median over configs of the run-to-run CV) and
+``noise_floor``. ``p99_noise_floor`` (and each view's ``noise_floor``) is the median error a model that
+knew every held-out config's true mean would still show against the recorded means: 0.6745 x the config's
+CV / sqrt(its runs), the median of a normal error of that spread; a goal below it is out of reach on this
+table whatever the model. ``duration_median_abs_err``: the predicted benchmark duration against the
+config's mean (the speed part); ``preemptions_median_abs_diff``: the median over held-out configs of
+|predicted - measured mean| preemptions (vLLM's count is the same in every start of a config).
+
 ``--min-runs 1`` admits configs measured once (the full table while its later rounds run): then
 ``noise_cv_p99`` is null and each held-out "mean" is one run. ``--calibration-table PATH`` calibrates on
 that table's configs (the pilot's 5, measured 3 or 4 times each) and predicts every other config of ``--table``.
@@ -32,6 +48,7 @@ import random
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +64,70 @@ DEFAULT_KV_BYTES = 32768000  # the KV budget measure.py runs "vLLM's defaults" w
 MIN_HELD_OUT = 2  # a small table (the pilot) keeps at least this many configs to predict
 NOTE = ("CPU measurements of a toy model on vLLM's CPU build (experiments/vllm_cpu) against autotune's simulator "
         "calibrated on a few of them; not GPU figures")
-PREDICTED = ("p99_e2e_s", "mean_ttft_s", "mean_tpot_s")
+PREDICTED = ("p99_e2e_s", "mean_ttft_s", "mean_tpot_s", "duration_s")
+HALF_NORMAL_MEDIAN = 0.6745  # median of |N(0, 1)|: the median error of an unbiased estimate of spread 1
+
+
+def ratio(row: Mapping[str, Any], num: str, den: str) -> float:
+    """``num / den`` of one run (or one prediction), NaN when either is missing or not positive."""
+    n, d = row.get(num), row.get(den)
+    if n is None or d is None or not (math.isfinite(n) and math.isfinite(d)) or n <= 0 or d <= 0:
+        return math.nan
+    return float(n) / float(d)
+
+
+def p99(row: Mapping[str, Any]) -> float:
+    v = row.get("p99_e2e_s")
+    return float(v) if v is not None and math.isfinite(v) and v > 0 else math.nan
+
+
+# name -> the value of one run (or prediction) the view compares: p99 itself, then speed-free ratios.
+VIEWS: dict[str, Callable[[Mapping[str, Any]], float]] = {
+    "p99": p99,
+    "p99_over_duration": lambda r: ratio(r, "p99_e2e_s", "duration_s"),
+    "p99_over_startup": lambda r: ratio(r, "p99_e2e_s", "startup_s"),
+}
+
+
+def values(c: replay.Config, view: str) -> list[float]:
+    return [v for v in (VIEWS[view](r) for r in c.served) if math.isfinite(v)]
+
+
+def _cv(vals: list[float]) -> float:
+    return statistics.stdev(vals) / statistics.fmean(vals) if len(vals) >= 2 else math.nan
+
+
+def noise_floor(configs: list[replay.Config], view: str = "p99") -> float | None:
+    """The median |mean of n runs / true mean - 1| over ``configs``, from each one's CV and runs."""
+    out = []
+    for c in configs:
+        vals = values(c, view)
+        if math.isfinite(cv := _cv(vals)):
+            out.append(HALF_NORMAL_MEDIAN * cv / math.sqrt(len(vals)))
+    return statistics.median(out) if out else None
+
+
+def view_figures(view: str, held: list[replay.Config], preds: Mapping[str, Mapping[str, Any]],
+                 every: list[replay.Config]) -> dict[str, float | None]:
+    """How well the predictions match the held-out configs' means in one view."""
+    errs, pairs = [], []
+    for c in held:
+        vals = values(c, view)
+        if not vals:
+            continue
+        m, p = statistics.fmean(vals), VIEWS[view](preds[c.name])
+        errs.append(_rel(p, m))
+        pairs.append((p if math.isfinite(p) else math.inf, m))
+    return {"median_abs_err": _pct(errs, 50), "p90_abs_err": _pct(errs, 90), "spearman": _spearman(pairs),
+            "noise_cv": _med([_cv(values(c, view)) for c in every]), "noise_floor": noise_floor(held, view)}
+
+
+def _spearman(pairs: list[tuple[float, float]]) -> float | None:
+    if len(pairs) < 3:
+        return None
+    from scipy.stats import spearmanr
+
+    return float(spearmanr([a for a, _ in pairs], [b for _, b in pairs]).statistic)
 
 
 def choose(table: replay.Table, n: int, seed: int,
@@ -67,7 +147,7 @@ def choose(table: replay.Table, n: int, seed: int,
 
 def records(configs: list[replay.Config], space: SearchSpace) -> list[TrialRecord]:
     """Each recorded run of ``configs`` as a measured trial, as autotune's loop would have recorded it."""
-    out = []
+    out: list[float] = []
     for c in configs:
         flags = {**space.fixed_flags(), **c.params}
         for row in c.runs:
@@ -125,7 +205,9 @@ def fidelity(table: replay.Table, n: int = MAX_CALIBRATION, seed: int = 0,
         "calibration_configs": [c.name for c in cal], "heldout_configs": [c.name for c in held],
         "p99_median_abs_err": None, "p99_p90_abs_err": None, "ttft_median_abs_err": None,
         "tpot_median_abs_err": None, "spearman_p99": None,
-        "noise_cv_p99": statistics.median(cvs) if cvs else None, "missing": None,
+        "noise_cv_p99": statistics.median(cvs) if cvs else None,
+        "p99_noise_floor": noise_floor(held), "views": None,
+        "duration_median_abs_err": None, "preemptions_median_abs_diff": None, "missing": None,
     }
     if not held:
         out["missing"] = "no held-out config: the table has no config beyond the calibration set"
@@ -145,6 +227,7 @@ def fidelity(table: replay.Table, n: int = MAX_CALIBRATION, seed: int = 0,
             return out
     out["fit_stages"] = [{"name": s.name, "determined": list(s.determined)} for s in stages]
     errs: dict[str, list[float]] = {k: [] for k in PREDICTED}
+    preempt_diffs = []
     pairs = []
     for c in held:
         p = preds[c.name]
@@ -154,15 +237,22 @@ def fidelity(table: replay.Table, n: int = MAX_CALIBRATION, seed: int = 0,
                 errs[k].append(_rel(p.get(k, math.nan), m))
         if math.isfinite(c.mean("p99_e2e_s")):
             pairs.append((p.get("p99_e2e_s", math.inf), c.mean("p99_e2e_s")))
+        if math.isfinite(c.mean("preemptions")) and math.isfinite(p.get("preemptions", math.nan)):
+            preempt_diffs.append(abs(p["preemptions"] - c.mean("preemptions")))
     out["p99_median_abs_err"] = _pct(errs["p99_e2e_s"], 50)
     out["p99_p90_abs_err"] = _pct(errs["p99_e2e_s"], 90)
     out["ttft_median_abs_err"] = _pct(errs["mean_ttft_s"], 50)
     out["tpot_median_abs_err"] = _pct(errs["mean_tpot_s"], 50)
-    if len(pairs) >= 3:
-        from scipy.stats import spearmanr
-
-        out["spearman_p99"] = float(spearmanr([a for a, _ in pairs], [b for _, b in pairs]).statistic)
+    out["spearman_p99"] = _spearman(pairs)
+    out["views"] = {v: view_figures(v, held, preds, list(table.configs.values())) for v in VIEWS if v != "p99"}
+    out["duration_median_abs_err"] = _pct(errs["duration_s"], 50)
+    out["preemptions_median_abs_diff"] = _pct(preempt_diffs, 50)
     return out
+
+
+def _med(vals: list[float]) -> float | None:
+    vals = [v for v in vals if math.isfinite(v)]
+    return statistics.median(vals) if vals else None
 
 
 def main(argv: list[str] | None = None) -> int:

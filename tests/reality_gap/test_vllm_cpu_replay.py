@@ -193,16 +193,36 @@ def test_the_fidelity_json_has_its_keys(table_path, capsys):
     assert fidelity.main(["--table", str(table_path), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     for k in ("calibration_configs", "heldout_configs", "p99_median_abs_err", "p99_p90_abs_err", "ttft_median_abs_err",
-              "tpot_median_abs_err", "spearman_p99", "noise_cv_p99"):
+              "tpot_median_abs_err", "spearman_p99", "noise_cv_p99", "p99_noise_floor", "views", "duration_median_abs_err",
+              "preemptions_median_abs_diff"):
         assert k in d
     assert 1 <= len(d["calibration_configs"]) <= 5 and d["heldout_configs"]
     assert not set(d["calibration_configs"]) & set(d["heldout_configs"])
     assert d["calibration_configs"][0] == "s-defaults"
     assert d["noise_cv_p99"] > 0
     if d["missing"] is not None:  # a part that cannot run yet is named, and nothing that needed it is given
-        assert d["p99_median_abs_err"] is None and d["spearman_p99"] is None
+        assert d["p99_median_abs_err"] is None and d["spearman_p99"] is None and d["views"] is None
     else:
         assert d["p99_median_abs_err"] >= 0
+        for v in ("p99_over_duration", "p99_over_startup"):
+            assert set(d["views"][v]) == {"median_abs_err", "p90_abs_err", "spearman", "noise_cv", "noise_floor"}
+            assert d["views"][v]["median_abs_err"] >= 0
+
+
+def test_the_speed_free_views_cancel_the_machines_speed_and_the_noise_floor_follows_the_spread():
+    """A start on a machine twice as slow stretches p99, the benchmark and the server's start alike: the views'
+    ratios are the same in both starts, so their CV is 0 where p99's is not; the noise floor is the median error
+    of an n-run mean of that spread."""
+    fast = synthetic_row("s-bigkv", 0)
+    slow = {**fast, "start": 1, **{k: 2 * fast[k] for k in ("p99_e2e_s", "duration_s", "startup_s")}}
+    c = replay.Config("s-bigkv", fast["flags"], {}, (fast, slow))
+    assert fidelity.values(c, "p99") == [fast["p99_e2e_s"], slow["p99_e2e_s"]] and c.cv() > 0.4
+    for view, den in (("p99_over_duration", "duration_s"), ("p99_over_startup", "startup_s")):
+        assert fidelity.values(c, view) == pytest.approx([fast["p99_e2e_s"] / fast[den]] * 2)
+        assert fidelity._cv(fidelity.values(c, view)) == pytest.approx(0.0, abs=1e-12)
+        assert fidelity.noise_floor([c], view) == pytest.approx(0.0, abs=1e-12)
+    assert fidelity.noise_floor([c]) == pytest.approx(0.6745 * c.cv() / math.sqrt(2))
+    assert math.isnan(fidelity.VIEWS["p99_over_duration"]({**fast, "duration_s": 0.0}))  # no benchmark: no value
 
 
 def test_a_fresh_clone_replays_the_committed_pilot_without_vllm():
