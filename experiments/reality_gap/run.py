@@ -149,7 +149,7 @@ def run_replay_case(scenario: str, truth_seed: int, strategy: str, *, trials: in
 def replay_progress(bench: BenchStudy, truth: replay.ReplayTruth) -> dict[str, Any]:
     """Configs measured (distinct table configs launched), how many had been measured when the export was first
     within 2 % (``_stable``: from when it stayed within 2 % to the end), and whether the export is tied with
-    the best (its mean within the best's 95 % interval; None while the best has one run)."""
+    the best (``ReplayTruth.tied``: a one-sided Welch test at 5 %; None while either has one run)."""
     recs = bench.records()
     timed = S.timeline(recs, bench.pool.log)
     seen: set[tuple] = set()
@@ -164,13 +164,7 @@ def replay_progress(bench: BenchStudy, truth: replay.ReplayTruth) -> dict[str, A
             to_2pct = len(seen)
         stable = (stable if stable is not None else len(seen)) if ok else None
     chosen = S.export_choice(recs, bench.space)
-    lo, hi = truth.best["interval_95"]
-    tied = None
-    if chosen is not None and math.isfinite(hi):
-        row = truth.value(chosen.flags)
-        v = float(row[truth.main])
-        tied = bool(row["started"]) and float(row["oom_per_1k"]) <= S.OOM_LIMIT and (v >= lo if truth.maximize
-                                                                                      else v <= hi)
+    tied = truth.tied(chosen.flags) if chosen is not None else None
     return {"configs_measured": len(seen), "configs_to_2pct": to_2pct, "configs_to_2pct_stable": stable,
             "tied_95": tied}
 

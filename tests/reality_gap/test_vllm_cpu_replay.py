@@ -148,6 +148,24 @@ def test_the_truth_is_the_best_mean_with_its_interval(table_path):
     assert not truth.value(CONFIGS["s-nostart"])["started"]
 
 
+def test_tied_means_a_test_of_the_runs_not_a_mean_inside_the_bests_interval(tmp_path):
+    """s-bigkv is best (about 13.2 s, a spread of 0.2 s); s-fewseqs (24 s) is worse beyond any noise; s-fp8's
+    runs spread widely around 14.2 s, so a test cannot tell it from the best: tied. A config that fails to
+    start is never tied; the best is tied with itself and worse than nothing."""
+    noisy = {0: 12.0, 1: 14.0, 2: 16.6}
+    rows = [synthetic_row(c, s) for s in range(3) for c in CONFIGS if c != "s-tworuns"]
+    rows = [{**r, "p99_e2e_s": noisy[r["start"]]} if r["config"] == "s-fp8" else r for r in rows]
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    truth = replay.ReplayTruth("x", 0, replay.Table.load(path))
+    assert truth.best["config"] == "s-bigkv"
+    assert truth.tied(CONFIGS["s-bigkv"]) is True and truth.worse(CONFIGS["s-bigkv"], CONFIGS["s-bigkv"]) is False
+    assert truth.tied(CONFIGS["s-fp8"]) is True  # 8 % above the best's mean, within the noise of its runs
+    assert truth.tied(CONFIGS["s-fewseqs"]) is False and truth.worse(CONFIGS["s-fewseqs"], CONFIGS["s-fp8"])
+    assert truth.tied(CONFIGS["s-nostart"]) is False
+    assert truth.worse(CONFIGS["s-bigkv"], CONFIGS["s-fewseqs"]) is False  # one-sided: better is not worse
+
+
 @pytest.mark.parametrize("strategy", ["random", "tpe", "tpe-confirm", "grid"])
 def test_the_scenario_json_has_the_contract_keys(table_path, strategy, capsys):
     rc = run_mod.main(["--scenario", str(table_path), "--truth-seed", "3", "--strategy", strategy, "--trials", "6",
