@@ -1,6 +1,6 @@
 """The search on real data (issue 19): strategies against the measured table, replayed.
 
-    .venv/bin/python -m experiments.vllm_cpu.search [--seeds 0-9] [--trials 14] [--min-runs 1] \
+    .venv/bin/python -m experiments.vllm_cpu.search [--seeds 0-9] [--trials 14] [--min-runs 3] \
         [--strategies autotune tpe tpe-confirm grid random sim-best] [--out results/search.jsonl]
 
 Every figure is a CPU measurement of a toy model (8-layer Qwen2, random weights) on vLLM's CPU build,
@@ -51,7 +51,7 @@ from experiments.vllm_cpu import replay
 OUT = replay.HERE / "results" / "search.jsonl"
 STRATEGIES = ("autotune", "tpe", "tpe-confirm", "grid", "random", "sim-best")
 TRIALS = 14
-MIN_RUNS = 1  # the table's later rounds are still running: a config measured once is in it
+MIN_RUNS = replay.MIN_RUNS  # the table is complete: every config has its starts
 NOTE = ("CPU measurements of a toy model (8-layer Qwen2, random weights) on vLLM's CPU build, replayed from a "
         "snapshot of experiments/vllm_cpu/results/runs.jsonl; not GPU figures, not simulated")
 
