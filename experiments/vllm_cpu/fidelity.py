@@ -34,7 +34,7 @@ table whatever the model. ``duration_median_abs_err``: the predicted benchmark d
 config's mean (the speed part); ``preemptions_median_abs_diff``: the median over held-out configs of
 |predicted - measured mean| preemptions (vLLM's count is the same in every start of a config).
 
-``--min-runs 1`` admits configs measured once (the full table while its later rounds run): then
+``--min-runs 1`` admits configs measured once (a table whose later rounds are still running): then
 ``noise_cv_p99`` is null and each held-out "mean" is one run. ``--calibration-table PATH`` calibrates on
 that table's configs (the pilot's 5, measured 3 or 4 times each) and predicts every other config of ``--table``.
 """
@@ -99,7 +99,7 @@ def _cv(vals: list[float]) -> float:
 
 def noise_floor(configs: list[replay.Config], view: str = "p99") -> float | None:
     """The median |mean of n runs / true mean - 1| over ``configs``, from each one's CV and runs."""
-    out = []
+    out: list[float] = []
     for c in configs:
         vals = values(c, view)
         if math.isfinite(cv := _cv(vals)):
@@ -147,7 +147,7 @@ def choose(table: replay.Table, n: int, seed: int,
 
 def records(configs: list[replay.Config], space: SearchSpace) -> list[TrialRecord]:
     """Each recorded run of ``configs`` as a measured trial, as autotune's loop would have recorded it."""
-    out: list[float] = []
+    out: list[TrialRecord] = []
     for c in configs:
         flags = {**space.fixed_flags(), **c.params}
         for row in c.runs:
