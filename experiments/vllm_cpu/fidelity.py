@@ -33,6 +33,11 @@ CV / sqrt(its runs), the median of a normal error of that spread; a goal below i
 table whatever the model. ``duration_median_abs_err``: the predicted benchmark duration against the
 config's mean (the speed part); ``preemptions_median_abs_diff``: the median over held-out configs of
 |predicted - measured mean| preemptions (vLLM's count is the same in every start of a config).
+``run_spread`` (the table alone): the pooled log spread over a config's starts of p99, the benchmark's
+duration, the server's start and the two ratios, and the correlation of p99's log residual with the other
+two's. ``speed_free_bias_by_kv_dtype``: per KV cache dtype, the mean over held-out configs of
+log(measured / predicted) of TTFT, p99 and TPOT, each over its run's (or prediction's) server start, with
+its standard error: where the model is wrong beyond the machine's speed.
 
 ``--min-runs 1`` admits configs measured once (a table whose later rounds are still running): then
 ``noise_cv_p99`` is null and each held-out "mean" is one run. ``--calibration-table PATH`` calibrates on
@@ -51,6 +56,8 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from autotune.errors import UserError
 from autotune.space import SearchSpace
@@ -105,6 +112,58 @@ def noise_floor(configs: list[replay.Config], view: str = "p99") -> float | None
         if math.isfinite(cv := _cv(vals)):
             out.append(HALF_NORMAL_MEDIAN * cv / math.sqrt(len(vals)))
     return statistics.median(out) if out else None
+
+
+SPREAD = ("p99_e2e_s", "duration_s", "startup_s")
+
+
+def _residuals(configs: list[replay.Config], key: Callable[[Mapping[str, Any]], float]) -> dict[tuple[str, int], float]:
+    """(config, start) -> log value minus its config's mean log, for configs with 2 or more served runs."""
+    out: dict[tuple[str, int], float] = {}
+    for c in configs:
+        logs = {r["start"]: math.log(v) for r in c.served if math.isfinite(v := key(r)) and v > 0}
+        if len(logs) >= 2:
+            m = statistics.fmean(logs.values())
+            out.update({(c.name, k): v - m for k, v in logs.items()})
+    return out
+
+
+def run_spread(configs: list[replay.Config]) -> dict[str, Any]:
+    """How the machine's speed moves a run's timings together (module docstring)."""
+    from autotune.study.analysis import pooled_log_sd
+
+    keys: dict[str, Callable[[Mapping[str, Any]], float]] = {
+        **{k: (lambda r, k=k: float(r.get(k) or math.nan)) for k in SPREAD},
+        "p99_over_duration": VIEWS["p99_over_duration"], "p99_over_startup": VIEWS["p99_over_startup"]}
+    out: dict[str, Any] = {}
+    for name, key in keys.items():
+        sd, df = pooled_log_sd([[v for r in c.served if math.isfinite(v := key(r))] for c in configs])
+        out[name] = {"log_sd": None if df == 0 else sd, "df": df}
+    base = _residuals(configs, keys["p99_e2e_s"])
+    corr: dict[str, float | None] = {}
+    for name in SPREAD[1:]:
+        other = _residuals(configs, keys[name])
+        both = sorted(set(base) & set(other))
+        corr[name] = (float(np.corrcoef([base[k] for k in both], [other[k] for k in both])[0, 1])
+                      if len(both) >= 3 else None)
+    out["p99_residual_correlation"] = corr
+    return out
+
+
+def speed_free_bias(held: list[replay.Config], preds: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Per KV cache dtype: mean log(measured / predicted) of TTFT, p99 and TPOT over the server start."""
+    groups: dict[str, dict[str, list[float]]] = {}
+    for c in held:
+        p = preds[c.name]
+        for metric in ("mean_ttft_s", "p99_e2e_s", "mean_tpot_s"):
+            measured = [v for r in c.served if math.isfinite(v := ratio(r, metric, "startup_s"))]
+            predicted = ratio(p, metric, "startup_s")
+            if measured and math.isfinite(predicted):
+                g = groups.setdefault(str(c.params.get("kv_cache_dtype")), {})
+                g.setdefault(metric, []).append(math.log(statistics.fmean(measured) / predicted))
+    return {dtype: {m: {"configs": len(v), "mean_log_ratio": statistics.fmean(v),
+                        "se": statistics.stdev(v) / math.sqrt(len(v)) if len(v) >= 2 else None}
+                    for m, v in g.items()} for dtype, g in sorted(groups.items())}
 
 
 def view_figures(view: str, held: list[replay.Config], preds: Mapping[str, Mapping[str, Any]],
@@ -207,7 +266,8 @@ def fidelity(table: replay.Table, n: int = MAX_CALIBRATION, seed: int = 0,
         "tpot_median_abs_err": None, "spearman_p99": None,
         "noise_cv_p99": statistics.median(cvs) if cvs else None,
         "p99_noise_floor": noise_floor(held), "views": None,
-        "duration_median_abs_err": None, "preemptions_median_abs_diff": None, "missing": None,
+        "duration_median_abs_err": None, "preemptions_median_abs_diff": None,
+        "run_spread": run_spread(list(table.configs.values())), "speed_free_bias_by_kv_dtype": None, "missing": None,
     }
     if not held:
         out["missing"] = "no held-out config: the table has no config beyond the calibration set"
@@ -247,6 +307,7 @@ def fidelity(table: replay.Table, n: int = MAX_CALIBRATION, seed: int = 0,
     out["views"] = {v: view_figures(v, held, preds, list(table.configs.values())) for v in VIEWS if v != "p99"}
     out["duration_median_abs_err"] = _pct(errs["duration_s"], 50)
     out["preemptions_median_abs_diff"] = _pct(preempt_diffs, 50)
+    out["speed_free_bias_by_kv_dtype"] = speed_free_bias(held, preds)
     return out
 
 

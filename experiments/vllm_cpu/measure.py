@@ -459,7 +459,17 @@ def spread(table: list[dict[str, Any]], defaults: str) -> dict[str, Any]:
             "best_vs_defaults": round(1 - best["p99_mean_s"] / d["p99_mean_s"], 4),
             "worst": worst["config"], "worst_over_best": round(worst["p99_mean_s"] / best["p99_mean_s"], 3),
             "cv_median": round(float(np.median(cvs)), 4) if cvs else None,
-            "cv_max": round(max(cvs), 4) if cvs else None}
+            "cv_max": round(max(cvs), 4) if cvs else None,
+            "defaults_worse_welch_p": _welch_greater(d["p99_runs_s"], best["p99_runs_s"])}
+
+
+def _welch_greater(x: list[float], y: list[float]) -> float | None:
+    """One-sided Welch p-value that ``x``'s mean exceeds ``y``'s (None without two runs of each)."""
+    if len(x) < 2 or len(y) < 2 or x is y:
+        return None
+    from scipy import stats
+
+    return round(float(stats.ttest_ind(x, y, equal_var=False, alternative="greater").pvalue), 4)
 
 
 def current_key() -> str:

@@ -641,10 +641,12 @@ class ReplayTruth:
         return bool(row["started"]) and float(row["oom_per_1k"]) <= OOM_LIMIT and not math.isnan(r) and r <= WITHIN
 
     def worse(self, flags: Mapping[str, Any], than: Mapping[str, Any], level: float = 0.05) -> bool | None:
-        """Whether the config of ``flags`` is worse than that of ``than`` beyond the noise: a one-sided Welch
-        t-test of their runs' main metric at ``level`` (False for the same config; None when either has fewer
-        than 2 served runs: no spread, no test)."""
-        c, o = self.table.lookup(flags), self.table.lookup(than)
+        """Whether the config of ``flags`` is worse than that of ``than`` beyond the noise (:meth:`_worse`)."""
+        return self._worse(self.table.lookup(flags), self.table.lookup(than), level)
+
+    def _worse(self, c: Config, o: Config, level: float = 0.05) -> bool | None:
+        """A one-sided Welch t-test of the two configs' runs' main metric at ``level`` (False for the same
+        config; None when either has fewer than 2 served runs: no spread, no test)."""
         if c.name == o.name:
             return False
         x, y = ([float(r[self.main]) for r in k.served if r.get(self.main) is not None] for k in (c, o))
@@ -657,13 +659,14 @@ class ReplayTruth:
 
     def tied(self, flags: Mapping[str, Any], level: float = 0.05) -> bool | None:
         """Whether the config of ``flags`` is statistically tied with the best: it serves within the OOM limit
-        in every start and is not :meth:`worse` than the best. A mean inside the best's own 95 % interval is no
-        such test: at this table's run-to-run CV (30-40 %) the interval of 3 runs reaches 60-90 % above the
-        best, and every config would be "tied"."""
-        row = self.value(flags)
+        in every start and is not worse than the best (:meth:`_worse`). A mean inside the best's own 95 %
+        interval is no such test: at this table's run-to-run CV (30-40 %) the interval of 3 runs reaches 60-90 %
+        above the best, and every config would be "tied"."""
+        c = self.table.lookup(flags)
+        row = self.row(c)
         if not row["started"] or float(row["oom_per_1k"]) > OOM_LIMIT:
             return False
-        w = self.worse(flags, self.table.by_name(self.best["config"]).params)
+        w = self._worse(c, self.table.by_name(self.best["config"]), level)
         return None if w is None else not w
 
     def starts(self, flags: Mapping[str, Any]) -> bool:

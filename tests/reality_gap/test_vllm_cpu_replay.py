@@ -254,3 +254,19 @@ def test_a_fresh_clone_replays_the_committed_pilot_without_vllm():
     d = json.loads(p.stdout)
     assert d["table"] == "experiments/vllm_cpu/results/pilot.jsonl" and d["table_configs"] >= 2
     assert d["launched"] == 5 and "not GPU" in d["note"]
+
+
+def test_the_run_spread_shows_a_speed_factor_shared_by_a_runs_timings():
+    """Two starts, the second on a machine twice as slow: p99, duration and startup spread alike and their
+    residuals move together, while the ratios do not spread at all."""
+    fast = synthetic_row("s-bigkv", 0)
+    slow = {**fast, "start": 1, **{k: 2 * fast[k] for k in ("p99_e2e_s", "duration_s", "startup_s")}}
+    other = synthetic_row("s-fp8", 0)
+    other_slow = {**other, "start": 1, **{k: 1.5 * other[k] for k in ("p99_e2e_s", "duration_s", "startup_s")}}
+    configs = [replay.Config("a", fast["flags"], {}, (fast, slow)),
+               replay.Config("b", other["flags"], {}, (other, other_slow))]
+    d = fidelity.run_spread(configs)
+    assert d["p99_e2e_s"]["df"] == 2 and d["p99_e2e_s"]["log_sd"] > 0.3
+    assert d["startup_s"]["log_sd"] == pytest.approx(d["p99_e2e_s"]["log_sd"])
+    assert d["p99_over_startup"]["log_sd"] == pytest.approx(0.0, abs=1e-12)
+    assert d["p99_residual_correlation"]["startup_s"] == pytest.approx(1.0)
