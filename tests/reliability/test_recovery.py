@@ -52,6 +52,30 @@ def test_trial_killed_before_its_suggestions_reruns_what_it_was_enqueued_with(tm
     assert rerun.system_attrs["fixed_params"] == {"max_num_seqs": 48} and rerun.user_attrs["role"] == "baseline"
 
 
+def test_trial_killed_mid_sampling_drops_its_half_sample_and_keeps_what_it_was_enqueued_with(tmp_path):
+    """The driver died between two suggest_* calls: the drawn value was half a sample of a
+    stopped sampler, so the re-run fixes only the enqueued value and samples the rest."""
+    study = _study(tmp_path)
+    study.enqueue_trial({"max_num_seqs": 48})
+    t = study.ask()
+    t.suggest_int("max_num_seqs", 8, 64)
+    t.suggest_float("gpu_memory_utilization", 0.8, 0.95)  # drawn, then the driver was killed
+    t.set_user_attr(DRIVER_ATTR, DEAD)
+    recover_orphans(study, DriverId.mine())
+    assert _reruns(study, t.number)[0].system_attrs["fixed_params"] == {"max_num_seqs": 48}
+
+
+def test_launched_trial_reruns_its_whole_config(tmp_path):
+    study = _study(tmp_path)
+    t = study.ask()
+    t.suggest_int("max_num_seqs", 8, 64)
+    t.suggest_float("gpu_memory_utilization", 0.8, 0.95)
+    t.set_user_attr("flags", {"max_num_seqs": t.params["max_num_seqs"]})  # stored just before dispatch
+    t.set_user_attr(DRIVER_ATTR, DEAD)
+    recover_orphans(study, DriverId.mine())
+    assert _reruns(study, t.number)[0].system_attrs["fixed_params"] == study.trials[t.number].params
+
+
 def test_failed_but_never_requeued_trial_is_requeued(tmp_path):
     """A driver killed between failing a trial and re-enqueueing it: the next one heals it."""
     study = _study(tmp_path)

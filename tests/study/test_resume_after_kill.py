@@ -63,10 +63,12 @@ def test_resume_after_sigkill_keeps_every_completed_trial(ray_cluster, tmp_path)
     assert sorted(t.number for t in failed) == sorted(orphaned)
     requeued = sorted(t.user_attrs["requeued_from"] for t in study.trials if "requeued_from" in t.user_attrs)
     assert requeued == sorted(orphaned)
-    for t in failed:  # the re-run measured the same config
+    for t in failed:  # a launched config is measured again; an unlaunched one keeps what it was enqueued with
         rerun = next(x for x in study.trials if x.user_attrs.get("requeued_from") == t.number)
-        if t.params:  # killed before sampling anything: the re-run is a fresh sample
+        if t.user_attrs.get("flags"):
             assert rerun.params == t.params
+        else:  # killed while sampling: its half sample is drawn afresh
+            assert rerun.system_attrs.get("fixed_params", {}) == t.system_attrs.get("fixed_params", {})
 
     c = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
     exp = c.get_experiment_by_name("noop_slow")
