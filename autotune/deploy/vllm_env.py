@@ -34,10 +34,12 @@ from autotune.errors import UserError
 MODEL_RUNNER_VAR = "VLLM_USE_V2_MODEL_RUNNER"
 CUDAGRAPH_ESTIMATE_VAR = "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"
 CPU_KVCACHE_SPACE_VAR = "VLLM_CPU_KVCACHE_SPACE"
-# The variables a study's fingerprint counts (autotune/space/loader.py). VLLM_CPU_KVCACHE_SPACE is
-# read (below) but not counted yet: counting it would change the fingerprint of every existing CPU
-# study that sets it (search_spaces/tiny-cpu.yaml does), so their run directories would refuse to resume.
-VARS = (MODEL_RUNNER_VAR, CUDAGRAPH_ESTIMATE_VAR)
+# The variables a study's fingerprint counts (autotune/space/loader.py): each changes what vLLM
+# does with the same flags (the model runner, the CUDA-graph estimate, the CPU build's KV size).
+VARS = (MODEL_RUNNER_VAR, CUDAGRAPH_ESTIMATE_VAR, CPU_KVCACHE_SPACE_VAR)
+# The variables fingerprints counted before VLLM_CPU_KVCACHE_SPACE did: a study recorded with
+# such a fingerprint is still resumed (opening.py), and its fingerprint upgraded then.
+LEGACY_VARS = (MODEL_RUNNER_VAR, CUDAGRAPH_ESTIMATE_VAR)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Any, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from autotune.deploy.vllm_env import LEGACY_VARS as LEGACY_VLLM_ENV_VARS
 from autotune.deploy.vllm_env import VARS as VLLM_ENV_VARS
 from autotune.errors import UserError
 from autotune.security import NotRegularFile, read_input
@@ -154,7 +155,7 @@ def _too_big(node: Any, depth: int, budget: list[int]) -> bool:
     return False
 
 
-def space_fingerprint(space: SearchSpace) -> str:
+def space_fingerprint(space: SearchSpace, env_vars: tuple[str, ...] = VLLM_ENV_VARS) -> str:
     """Hash of what defines the study's landscape; a resume with another one is refused.
 
     Trial counts, storage and cluster settings may change between runs of one study; the
@@ -165,7 +166,7 @@ def space_fingerprint(space: SearchSpace) -> str:
     core = space.model_dump(include={"engine", "params", "constraints", "workload", "objectives", "slo"}, mode="json")
     env = core["engine"].pop("env", None) or {}  # secrets live here and may rotate between runs
     core["engine"].pop("allow_unmodelled_flags", None)  # permits a run, changes no trial
-    behaviour = {k: env[k] for k in VLLM_ENV_VARS if k in env}
+    behaviour = {k: env[k] for k in env_vars if k in env}
     if behaviour:
         core["engine"]["vllm_env"] = behaviour
     trace = core["workload"].get("trace")
@@ -174,3 +175,10 @@ def space_fingerprint(space: SearchSpace) -> str:
     if core["engine"].pop("sim_profile", None) is not None:
         core["engine"]["sim_profile"] = space.engine.profile.to_dict()
     return hashlib.sha256(json.dumps(core, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def legacy_space_fingerprint(space: SearchSpace) -> str:
+    """The fingerprint autotune recorded before it counted ``VLLM_CPU_KVCACHE_SPACE``: studies
+    created then still resume (they cannot tell which KV size they ran with, so the first
+    resume trusts the space it is given and records the current fingerprint)."""
+    return space_fingerprint(space, LEGACY_VLLM_ENV_VARS)

@@ -152,7 +152,33 @@ def test_fingerprint_counts_the_vllm_env_vars_and_the_profile_content(tmp_path):
     base = fp(BASE)
     assert fp(_with(engine__env={"HF_TOKEN": "secret"})) == base  # secrets may rotate
     assert fp(_with(engine__env={"VLLM_USE_V2_MODEL_RUNNER": "0"})) != base  # another physics
+    assert fp(_with(engine__env={"VLLM_CPU_KVCACHE_SPACE": "1"})) != fp(_with(engine__env={"VLLM_CPU_KVCACHE_SPACE": "2"}))
     for name, seed in (("a.yaml", 1), ("b.yaml", 1), ("c.yaml", 2)):
         NOMINAL.perturbed(seed).save(tmp_path / name)
     a, b, c = (fp(_with(engine__sim_profile=n), "s.yaml") for n in ("a.yaml", "b.yaml", "c.yaml"))
     assert a == b != c and a != base  # the content counts, not the file's name
+
+
+def test_a_study_fingerprinted_before_the_cpu_kv_size_counted_resumes_once_and_is_upgraded(tmp_path):
+    """Studies created before VLLM_CPU_KVCACHE_SPACE entered the fingerprint still resume; from
+    then on a changed KV size is refused like any other change of the landscape."""
+    import optuna
+
+    from autotune.space import space_fingerprint
+    from autotune.space.loader import legacy_space_fingerprint
+    from autotune.study.loop.opening import FINGERPRINT_ATTR, open_study
+
+    def space(gib):
+        p = tmp_path / f"s{gib}.yaml"
+        p.write_text(yaml.safe_dump(_with(engine__env={"VLLM_CPU_KVCACHE_SPACE": gib})))
+        return load_space(p)
+
+    one, two = space("1"), space("2")
+    assert legacy_space_fingerprint(one) == legacy_space_fingerprint(two) != space_fingerprint(one)
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'o.db'}")
+    old = optuna.create_study(study_name="s", storage=storage, directions=["minimize"] * len(one.objectives))
+    old.set_user_attr(FINGERPRINT_ATTR, legacy_space_fingerprint(one))  # as an older autotune wrote it
+    open_study(one, "s", storage, optuna.samplers.RandomSampler())
+    assert optuna.load_study(study_name="s", storage=storage).user_attrs[FINGERPRINT_ATTR] == space_fingerprint(one)
+    with pytest.raises(UserError, match="different space"):
+        open_study(two, "s", storage, optuna.samplers.RandomSampler())

@@ -8,6 +8,7 @@ import optuna
 
 from autotune.errors import UserError
 from autotune.space import SearchSpace, space_fingerprint
+from autotune.space.loader import legacy_space_fingerprint
 from autotune.study.search import seeding
 from autotune.study.storages import with_retries
 
@@ -55,7 +56,9 @@ def _check_fingerprint(study: optuna.Study, space: SearchSpace, name: str, creat
         if space.study.strategy.warm_start and (created or not study.trials):
             seeding.enqueue_warm_start(study, space, target)
         return True
-    if attrs[FINGERPRINT_ATTR] != fp:
+    if attrs[FINGERPRINT_ATTR] != fp and attrs[FINGERPRINT_ATTR] == legacy_space_fingerprint(space):
+        study.set_user_attr(FINGERPRINT_ATTR, fp)  # recorded before the fingerprint counted the CPU KV size
+    elif attrs[FINGERPRINT_ATTR] != fp:
         raise UserError(
             f"study {name!r} was created from a different space (engine, params, constraints, workload "
             "or objectives changed); resume with the original file or pass --study NEW_NAME"
