@@ -20,7 +20,7 @@ from autotune.study.search.residual import DEFAULT_RUN_SD, ResidualGP, encode, r
 from autotune.study.search.samplers import make_sampler
 from autotune.study.search.screening import ScreeningSampler
 from autotune.study.search.sweep import SweepSampler, candidate_pool, param_values
-from autotune.study.trials.record import TrialRecord
+from autotune.study.trials.record import State, TrialRecord
 from experiments.scenarios.ground_truth import space_path
 from experiments.search import harness as H
 
@@ -131,3 +131,45 @@ def test_encode_puts_every_param_in_the_unit_cube():
     pool = candidate_pool(sp, 30, seed=0)
     x = np.array([encode(sp, p) for p in pool])
     assert x.shape == (30, len(sp.params)) and x.min() >= 0.0 and x.max() <= 1.0
+
+
+def test_truncated_mean_is_the_conditional_mean_above_the_floor():
+    from autotune.study.search.sweep import truncated_mean
+
+    rng = np.random.default_rng(0)
+    draws = rng.normal(0.1, 0.2, 400_000)
+    for floor in (-0.2, 0.1, 0.4):
+        assert truncated_mean(0.1, 0.2, floor) == pytest.approx(draws[draws >= floor].mean(), abs=2e-3)
+    assert truncated_mean(0.0, 0.1, 5.0) == 5.0  # far in the tail: only the bound is known
+    assert truncated_mean(0.0, 0.1, -5.0) == pytest.approx(0.0, abs=1e-9)  # a bound far below says nothing
+
+
+def test_an_early_stopped_configs_floor_is_imputed_above_itself_where_the_full_runs_say_it_is_worse():
+    """A stopped benchmark's p99 is a lower bound: where full runs nearby measured far above it,
+    the residual the GP learns there is theirs, not the bound's."""
+    from autotune.study.search.sweep import impute_censored
+
+    x = np.array([[0.0], [0.1], [0.9], [1.0], [0.05]])
+    r = np.array([0.30, 0.32, 0.0, 0.01, 0.05])  # the last one stopped early at a bound of +0.05
+    censored = np.array([False, False, False, False, True])
+    out = impute_censored(x, r, [1, 1, 1, 1, 0.5], censored, 0.03)
+    assert out[4] > 0.2  # near the full runs' +0.3, not at its bound
+    assert np.array_equal(out[:4], r[:4])
+    alone = impute_censored(x[3:], r[3:], [1, 0.5], censored[3:], 0.03)  # one full run: nothing to condition on
+    assert np.array_equal(alone, r[3:])
+
+
+def test_the_sweep_reads_an_early_stopped_run_as_a_floor_not_a_value():
+    sp = small_highconc(warm_start=False, early_stop=False)
+    sampler, _ = _sweep_study(sp, Table(sp))
+    flags = {**sp.fixed_flags(), **sampler.pool[0]}
+
+    def rec(n, v, stopped):
+        return TrialRecord(number=n, state=State.COMPLETE, flags=flags, early_stopped=stopped,
+                           metrics={"p99_e2e_s": v, "oom_per_1k": 0.0})
+
+    (stopped,) = sampler._measured([rec(0, 30.0, True)])
+    assert stopped.censored and stopped.values == [] and stopped.floors == [30.0]
+    assert stopped.log_mean == pytest.approx(math.log(30.0))
+    (both,) = sampler._measured([rec(0, 30.0, True), rec(1, 40.0, False)])
+    assert not both.censored and both.log_mean == pytest.approx(math.log(40.0)) and both.weight == 1.0

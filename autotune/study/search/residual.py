@@ -62,6 +62,7 @@ class ResidualGP:
     """A fitted GP of the log residual; ``predict`` gives its mean and sd at new points."""
 
     x: np.ndarray  # (n, d)
+    r: np.ndarray  # the residuals it was fitted to
     alpha: np.ndarray  # K^-1 (r - mean)
     chol: np.ndarray  # Cholesky factor of K
     mean: float
@@ -90,9 +91,9 @@ class ResidualGP:
                 alpha = _solve(chol, r - mean)
                 ll = -0.5 * float((r - mean) @ alpha) - float(np.sum(np.log(np.diag(chol))))
                 if best is None or ll > best[0]:
-                    best = (ll, cls(x, alpha, chol, mean, length, scale, run_sd))
+                    best = (ll, cls(x, r, alpha, chol, mean, length, scale, run_sd))
         if best is None:  # cannot happen with a positive noise floor; be safe
-            return cls(x, np.zeros(len(r)), np.eye(len(r)), float(np.mean(r)) if len(r) else 0.0, 1.0, 0.1, run_sd)
+            return cls(x, r, np.zeros(len(r)), np.eye(len(r)), float(np.mean(r)) if len(r) else 0.0, 1.0, 0.1, run_sd)
         return best[1]
 
     def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -117,3 +118,4 @@ def run_log_sd(groups: Sequence[Sequence[float]]) -> float:
     (``DEFAULT_RUN_SD`` when none is)."""
     sd, df = pooled_log_sd(groups)
     return sd if df else DEFAULT_RUN_SD
+

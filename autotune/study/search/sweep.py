@@ -51,22 +51,38 @@ DISPROVED = 9.0  # residual variance beyond the shared scale, in run variances (
 KAPPA = 1.0  # confidence-bound width, in GP standard deviations
 
 
+CENSORED_WEIGHT = 0.5  # an early-stopped config's imputed residual counts as half a run
+
+
 @dataclass(frozen=True)
 class Measured:
-    """One launched config and its runs' values of the ranked metric, (value, weight) each."""
+    """One launched config and what its runs measured of the ranked metric: ``values`` from
+    full runs, ``floors`` from benchmarks stopped early. A stopped benchmark's value is a lower
+    bound on what the full run would have measured (early_stop.py: it stops once the bound is
+    beaten, and a p99 over the requests finished so far misses the queue the rest would have
+    built), not an estimate of it."""
 
     key: str
     flags: dict[str, Any]
-    values: list[tuple[float, float]]
+    values: list[float]
+    floors: list[float]
     usable: bool  # every run started and met the study's constraints
 
     @property
+    def censored(self) -> bool:
+        """Only stopped runs: the value is known to be at least :attr:`log_mean`."""
+        return not self.values and bool(self.floors)
+
+    @property
     def weight(self) -> float:
-        return sum(w for _, w in self.values)
+        return float(len(self.values)) if self.values else CENSORED_WEIGHT
 
     @property
     def log_mean(self) -> float:
-        return sum(w * math.log(v) for v, w in self.values) / self.weight
+        """Mean log of the full runs; for a censored config, the log of its highest floor."""
+        if self.values:
+            return sum(math.log(v) for v in self.values) / len(self.values)
+        return math.log(max(self.floors))
 
 
 class SweepModel(ConfigModel, Protocol):
@@ -201,8 +217,8 @@ class SweepSampler(WrappingSampler):
 
     def _measured(self, recs: Sequence[TrialRecord]) -> list[Measured]:
         """Every config launched so far with what its runs measured of the ranked metric. A
-        benchmark stopped early still measured the config (an estimate from fewer requests):
-        it counts with half a run's weight, and the config is never proposed again."""
+        benchmark stopped early bounds the config's value from below (:class:`Measured`); the
+        config is never proposed again."""
         groups: dict[str, list[TrialRecord]] = {}
         for r in sorted(recs, key=lambda x: x.number):
             if r.launched and r.flags:
@@ -210,9 +226,10 @@ class SweepSampler(WrappingSampler):
         out = []
         for key, runs in groups.items():
             ok = [r for r in runs if r.started and r.feasible]
-            values = [(v, 0.5 if r.early_stopped else 1.0) for r in ok
-                      if math.isfinite(v := r.metrics.get(self.rank.metric, math.nan)) and v > 0]
-            out.append(Measured(key, dict(runs[0].flags), values, usable=len(ok) == len(runs)))
+            got = [(v, r.early_stopped) for r in ok
+                   if math.isfinite(v := r.metrics.get(self.rank.metric, math.nan)) and v > 0]
+            out.append(Measured(key, dict(runs[0].flags), [v for v, stopped in got if not stopped],
+                                [v for v, stopped in got if stopped], usable=len(ok) == len(runs)))
         return out
 
     def _choose(self, study: optuna.Study, trial: FrozenTrial) -> tuple[Choice | None, str]:
@@ -221,7 +238,7 @@ class SweepSampler(WrappingSampler):
             self.predictor.update(recs)
         version = self.model.version(recs)
         measured = self._measured(recs)
-        data = [m for m in measured if m.usable and m.values]
+        data = [m for m in measured if m.usable and (m.values or m.floors)]
         preds = self._predict(version, [m.flags for m in data], recs)
         points = [(math.log(p), m) for p_, m in zip(preds, data, strict=True) if math.isfinite(p := self._main(p_))]
         gp = self._residual_gp(points)
@@ -259,20 +276,55 @@ class SweepSampler(WrappingSampler):
         return as_choice(self.space, cands[best][0]), f"sweep: {len(cands)} candidates, {len(points)} measured"
 
     def _residual_gp(self, points: Sequence[tuple[float, Measured]]) -> ResidualGP | None:
-        """The GP of log(measured) - log(predicted) over the measured configs."""
+        """The GP of log(measured) - log(predicted) over the measured configs; a censored
+        config's residual is imputed (:func:`impute_censored`)."""
         if len(points) < 2:
             return None
         x = np.array([encode(self.space, {n: m.flags.get(n) for n in self.space.params}) for _, m in points])
         r = np.array([m.log_mean - lp for lp, m in points])
-        sd = run_log_sd([[v for v, w in m.values if w == 1.0] for _, m in points])
-        return ResidualGP.fit(x, r, [m.weight for _, m in points], sd)
+        w = [m.weight for _, m in points]
+        sd = run_log_sd([m.values for _, m in points])
+        censored = np.array([m.censored for _, m in points])
+        if censored.any() and not self.rank.maximize:  # the early-stop rule bounds minimised objectives only
+            r = impute_censored(x, r, w, censored, sd)
+        return ResidualGP.fit(x, r, w, sd)
 
     @staticmethod
     def _model_disproved(points: Sequence[tuple[float, Measured]], gp: ResidualGP) -> bool:
         """Whether the model's error, beyond one shared scale, is many times what the runs'
         own spread explains: then its ranking is not worth following. Configs that are all
-        about equally good are no evidence against it (their residuals are noise)."""
-        r = np.array([m.log_mean - lp for lp, m in points])
+        about equally good are no evidence against it (their residuals are noise); the
+        residuals are the GP's own (censored ones imputed)."""
         w = np.array([m.weight for _, m in points])
-        excess = float(np.sum(w * (r - gp.mean) ** 2) / len(r))  # per-run variance units
+        excess = float(np.sum(w * (gp.r - gp.mean) ** 2) / len(gp.r))  # per-run variance units
         return excess > DISPROVED * gp.run_sd ** 2
+
+
+def impute_censored(x: np.ndarray, r: np.ndarray, weights: Sequence[float], censored: np.ndarray,
+                    run_sd: float) -> np.ndarray:
+    """Residuals with each censored one (known only to be >= its value) replaced by its
+    expectation given that bound, under a GP fitted to the uncensored ones: E[y | y >= c] of
+    the GP's predictive normal. This is how SMAC models capped runs (Hutter, Hoos and
+    Leyton-Brown 2013, "Bayesian optimization with censored response data"), in one pass.
+    Treating the bound as the value would tell the GP that configs stopped for being bad are
+    only a little worse than the front, which is where the model's optimism lives. With
+    fewer than two uncensored configs there is nothing to condition on: the bound is kept."""
+    full = ~censored
+    if full.sum() < 2:
+        return r
+    gp = ResidualGP.fit(x[full], r[full], [w for w, f in zip(weights, full, strict=True) if f], run_sd)
+    mu, sd = gp.predict(x[censored])
+    out = r.copy()
+    for i, c, m, s in zip(np.flatnonzero(censored), r[censored], mu, sd, strict=True):
+        out[i] = truncated_mean(float(m), math.sqrt(float(s) ** 2 + run_sd ** 2), float(c))
+    return out
+
+
+def truncated_mean(mu: float, sd: float, floor: float) -> float:
+    """E[y | y >= floor] for y ~ N(mu, sd^2) (at least ``floor``)."""
+    a = (floor - mu) / sd
+    tail = 0.5 * math.erfc(a / math.sqrt(2.0))
+    if tail < 1e-12:  # far in the tail: the bound is all that is known
+        return floor
+    density = math.exp(-0.5 * a * a) / math.sqrt(2.0 * math.pi)
+    return max(floor, mu + sd * density / tail)
