@@ -61,6 +61,7 @@ import numpy as np
 
 from autotune.errors import UserError
 from autotune.space import SearchSpace
+from autotune.study.analysis import pooled_log_sd
 from autotune.study.trials import Role, State, TrialRecord
 from experiments.vllm_cpu import model as model_mod
 from experiments.vllm_cpu import replay
@@ -130,8 +131,6 @@ def _residuals(configs: list[replay.Config], key: Callable[[Mapping[str, Any]], 
 
 def run_spread(configs: list[replay.Config]) -> dict[str, Any]:
     """How the machine's speed moves a run's timings together (module docstring)."""
-    from autotune.study.analysis import pooled_log_sd
-
     keys: dict[str, Callable[[Mapping[str, Any]], float]] = {
         **{k: (lambda r, k=k: float(r.get(k) or math.nan)) for k in SPREAD},
         "p99_over_duration": VIEWS["p99_over_duration"], "p99_over_startup": VIEWS["p99_over_startup"]}

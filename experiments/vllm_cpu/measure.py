@@ -460,16 +460,15 @@ def spread(table: list[dict[str, Any]], defaults: str) -> dict[str, Any]:
             "worst": worst["config"], "worst_over_best": round(worst["p99_mean_s"] / best["p99_mean_s"], 3),
             "cv_median": round(float(np.median(cvs)), 4) if cvs else None,
             "cv_max": round(max(cvs), 4) if cvs else None,
-            "defaults_worse_welch_p": _welch_greater(d["p99_runs_s"], best["p99_runs_s"])}
+            "defaults_worse_welch_p": _defaults_worse_p(d, best)}
 
 
-def _welch_greater(x: list[float], y: list[float]) -> float | None:
-    """One-sided Welch p-value that ``x``'s mean exceeds ``y``'s (None without two runs of each)."""
-    if len(x) < 2 or len(y) < 2 or x is y:
-        return None
-    from scipy import stats
+def _defaults_worse_p(defaults: dict[str, Any], best: dict[str, Any]) -> float | None:
+    """replay.welch_greater_p of the defaults' p99 runs over the best's (None when they are one config)."""
+    from experiments.vllm_cpu.replay import welch_greater_p
 
-    return round(float(stats.ttest_ind(x, y, equal_var=False, alternative="greater").pvalue), 4)
+    p = None if defaults is best else welch_greater_p(defaults["p99_runs_s"], best["p99_runs_s"])
+    return None if p is None else round(p, 4)
 
 
 def current_key() -> str:

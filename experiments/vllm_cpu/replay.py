@@ -574,6 +574,16 @@ class _Draw0:
     mechanisms: tuple[str, ...] = ()
 
 
+def welch_greater_p(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """One-sided Welch t-test p-value that ``x``'s mean exceeds ``y``'s (None without two runs of each:
+    no spread, no test)."""
+    if len(x) < 2 or len(y) < 2:
+        return None
+    from scipy import stats
+
+    return float(stats.ttest_ind(x, y, equal_var=False, alternative="greater").pvalue)
+
+
 @dataclass
 class ReplayTruth:
     """The truth of the replay scenario: the table. A config's true value is the mean of its recorded runs
@@ -650,12 +660,8 @@ class ReplayTruth:
         if c.name == o.name:
             return False
         x, y = ([float(r[self.main]) for r in k.served if r.get(self.main) is not None] for k in (c, o))
-        if len(x) < 2 or len(y) < 2:
-            return None
-        from scipy import stats
-
-        side = "less" if self.maximize else "greater"
-        return bool(stats.ttest_ind(x, y, equal_var=False, alternative=side).pvalue < level)
+        p = welch_greater_p(y, x) if self.maximize else welch_greater_p(x, y)
+        return None if p is None else p < level
 
     def tied(self, flags: Mapping[str, Any], level: float = 0.05) -> bool | None:
         """Whether the config of ``flags`` is statistically tied with the best: it serves within the OOM limit

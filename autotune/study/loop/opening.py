@@ -56,9 +56,10 @@ def _check_fingerprint(study: optuna.Study, space: SearchSpace, name: str, creat
         if space.study.strategy.warm_start and (created or not study.trials):
             seeding.enqueue_warm_start(study, space, target)
         return True
-    if attrs[FINGERPRINT_ATTR] != fp and attrs[FINGERPRINT_ATTR] == legacy_space_fingerprint(space):
+    stored = attrs[FINGERPRINT_ATTR]
+    if stored == legacy_space_fingerprint(space) != fp:
         study.set_user_attr(FINGERPRINT_ATTR, fp)  # recorded before the fingerprint counted the CPU KV size
-    elif attrs[FINGERPRINT_ATTR] != fp:
+    elif stored != fp:
         raise UserError(
             f"study {name!r} was created from a different space (engine, params, constraints, workload "
             "or objectives changed); resume with the original file or pass --study NEW_NAME"

@@ -118,4 +118,3 @@ def run_log_sd(groups: Sequence[Sequence[float]]) -> float:
     (``DEFAULT_RUN_SD`` when none is)."""
     sd, df = pooled_log_sd(groups)
     return sd if df else DEFAULT_RUN_SD
-

@@ -143,7 +143,7 @@ def fail_and_requeue(study: optuna.Study, t: FrozenTrial, reason: str, live: opt
         # Another driver finished or failed it first: UpdateFinishedTrialError from the
         # storage, or tell's ValueError when it reads the trial already finished.
         return False
-    _requeue(study, record, rerun_params(t, record, launched), launched)
+    _requeue(study, t, record, launched)
     return True
 
 
@@ -163,15 +163,16 @@ def rerun_params(t: FrozenTrial, record: TrialRecord, launched: bool) -> dict:
     return dict(t.system_attrs.get("fixed_params", {}))
 
 
-def _requeue(study: optuna.Study, failed: TrialRecord, params: dict, launched: bool) -> None:
-    """Enqueue ``params`` (:func:`rerun_params`) with ``failed``'s links, so the re-run
-    measures what was lost and not a fresh sample. Its new trial number is linked back by ``requeued_from`` (Optuna never reuses numbers); a
-    confirmation run's re-run stays a confirmation run of the same config (``repeat_of``); a
-    re-run of a launched config is not pruned (``RERUN_OF_LAUNCHED_ATTR``)."""
+def _requeue(study: optuna.Study, t: FrozenTrial, failed: TrialRecord, launched: bool) -> None:
+    """Enqueue :func:`rerun_params` of ``t`` (``failed`` is its record) with its links, so the
+    re-run measures what was lost and not a fresh sample. Its new trial number is linked back by
+    ``requeued_from`` (Optuna never reuses numbers); a confirmation run's re-run stays a
+    confirmation run of the same config (``repeat_of``); a re-run of a launched config is not
+    pruned (``RERUN_OF_LAUNCHED_ATTR``)."""
     attrs = enqueue_attrs(failed.role, failed.reference, failed.number, failed.repeat_of)
     if launched:
         attrs[RERUN_OF_LAUNCHED_ATTR] = True
-    study.enqueue_trial(params, user_attrs=attrs)
+    study.enqueue_trial(rerun_params(t, failed, launched), user_attrs=attrs)
 
 
 def recover_orphans(study: optuna.Study, me: DriverId, stale_after_s: float = 120.0) -> list[int]:
@@ -189,8 +190,7 @@ def recover_orphans(study: optuna.Study, me: DriverId, stale_after_s: float = 12
         owner = owner_of(t)
         if t.state == TrialState.FAIL and t.number not in requeued and is_mine_or_orphaned(t, me, beats, stale_after_s, now):
             # Failed by a driver that died before re-enqueueing it.
-            record, launched = TrialRecord.from_frozen(t), was_launched(t)
-            _requeue(study, record, rerun_params(t, record, launched), launched)
+            _requeue(study, t, TrialRecord.from_frozen(t), was_launched(t))
             continue
         if t.state != TrialState.RUNNING or owner == str(me) or not driver_gone(owner, beats, stale_after_s, now):
             continue
