@@ -46,3 +46,11 @@ def test_a_tie_is_said_as_one_and_a_bootstrap_is_deterministic():
     assert E.verdict(0.0, (-0.1, 0.1), better_is_lower=True) == "tied within the interval"
     assert E.verdict(0.2, (0.1, 0.3), better_is_lower=True) == "behind"
     assert E.bootstrap([1.0, 0.0, 1.0], E.mean, "x") == E.bootstrap([1.0, 0.0, 1.0], E.mean, "x")
+
+
+def test_the_trial_by_trial_trace_refuses_evaluation_seeds(capsys):
+    """Reading an evaluation truth trial by trial would be developing on it (seeds.py)."""
+    from experiments.reality_gap.trace import main
+
+    assert main(["--scenario", "small-highconc", "--truth-seed", "1000"]) == 2
+    assert "only development seeds" in capsys.readouterr().err

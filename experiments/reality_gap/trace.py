@@ -1,0 +1,77 @@
+"""One case of the benchmark, trial by trial: what autotune measured against what is true.
+
+``python -m experiments.reality_gap.trace --scenario small-highconc --truth-seed 3 --study-seed 0`` runs the
+same study as ``run.py`` and prints, per trial, its role, whether it stopped early, its params, the main
+objective as measured and as the truth's noise-free value, and how the sweep chose it; then the export
+rule's pick and its notes. It is how the README's "What the development truths show" was read. ALL
+FIGURES ARE SIMULATED. Development truth seeds only (seeds.py): looking at an evaluation truth trial by
+trial is developing on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from autotune.errors import UserError
+from autotune.study.analysis import summarize
+from autotune.study.analysis.export_rule import DEFAULT_MAX_OOM_PER_1K, Ranking, choose
+from experiments.reality_gap import seeds
+from experiments.reality_gap.run import run_strategy
+from experiments.reality_gap.truth import Truth
+
+
+def sweep_decisions(sampler: Any) -> dict[int, str]:
+    """The sweep's reasons per trial number, found through the samplers it wraps ({} without a sweep)."""
+    while sampler is not None:
+        if hasattr(sampler, "decisions"):
+            return dict(sampler.decisions)
+        sampler = getattr(sampler, "base", None)
+    return {}
+
+
+def trace(scenario: str, truth_seed: int, study_seed: int, strategy: str = "autotune") -> list[str]:
+    if seeds.kind(truth_seed) != "dev":
+        raise UserError(f"--truth-seed {truth_seed}: trace only development seeds "
+                        f"({seeds.DEV_TRUTH_SEEDS[0]}-{seeds.DEV_TRUTH_SEEDS[-1]}; seeds.py)")
+    truth = Truth.load(scenario, truth_seed)
+    bench = run_strategy(truth, strategy, study_seed, truth.space.study.trials)
+    why = sweep_decisions(bench.study.sampler)
+    main = truth.main
+    lines = [f"SIMULATED. {scenario} truth {truth_seed}, {strategy} study seed {study_seed}; "
+             f"true best {main} {truth.best[main]:.3f}: {truth.params(truth.best)}"]
+    for r in bench.records():
+        measured = r.metrics.get(main)
+        true = truth.value(r.flags)[main] if r.flags else None
+        lines.append(f"{r.number} {r.role} {r.shown_state}{' early-stopped' if r.early_stopped else ''} "
+                     f"{r.params} measured {measured if measured is None else round(measured, 3)} "
+                     f"true {true if true is None else round(true, 3)} {why.get(r.number, '')}".rstrip())
+    space = bench.space
+    pick = choose(summarize(bench.records(), space).configs, DEFAULT_MAX_OOM_PER_1K, space.export.min_headroom_gib,
+                  Ranking.for_space(space))
+    if pick is None:
+        lines.append("export: nothing to export")
+    else:
+        lines.append(f"export: trial {pick.trial.number} ({pick.rule}); regret {truth.regret(truth.value(pick.config.flags)):.4f}")
+        lines.extend(f"  note: {n}" for n in pick.notes)
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scenario", required=True)
+    ap.add_argument("--truth-seed", type=int, required=True)
+    ap.add_argument("--study-seed", type=int, default=0)
+    ap.add_argument("--strategy", default="autotune")
+    args = ap.parse_args(argv)
+    try:
+        print("\n".join(trace(args.scenario, args.truth_seed, args.study_seed, args.strategy)))
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
