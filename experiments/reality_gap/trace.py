@@ -49,7 +49,7 @@ def trace(scenario: str, truth_seed: int, study_seed: int, strategy: str = "auto
                      f"true {true if true is None else round(true, 3)} {why.get(r.number, '')}".rstrip())
     space = bench.space
     pick = choose(summarize(bench.records(), space).configs, DEFAULT_MAX_OOM_PER_1K, space.export.min_headroom_gib,
-                  Ranking.for_space(space))
+                  rank=Ranking.for_space(space))
     if pick is None:
         lines.append("export: nothing to export")
     else:
