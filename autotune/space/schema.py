@@ -349,6 +349,11 @@ class ConfirmSection(_Strict):
 
     finalists: int = Field(default=3, ge=0)
     repeats: int = Field(default=2, ge=0)
+    # Of those runs, how many may go to the search's leader while the search still runs
+    # (confirm.leader_repeat): one run's spread is then measured before the early-stop margin
+    # and the sweep's GP need it, and a lucky first run is caught before everything is
+    # stopped against it.
+    leader_repeats: int = Field(default=2, ge=0)
 
     @property
     def trials(self) -> int:

@@ -22,6 +22,7 @@ from autotune.study.analysis.stats import (
     t_cdf,
     t_quantile,
     trials_needed,
+    with_prior_sd,
 )
 
 
@@ -82,6 +83,13 @@ def test_pooled_spread_is_the_relative_sd_of_equal_spread_groups():
     sd, df = pooled_relative_sd([[99.0, 101.0], [198.0, 202.0], [5.0]])
     assert df == 2
     assert sd == pytest.approx(math.sqrt(2 * 0.01**2), rel=1e-9)
+
+
+def test_a_spread_from_few_repeats_is_shrunk_toward_the_assumed_one():
+    assert with_prior_sd(math.nan, 0, 0.05) == 0.05  # no repeats: the assumption
+    assert with_prior_sd(0.0, 1, 0.05) == pytest.approx(0.05 * math.sqrt(2 / 3))  # one lucky pair does not zero it
+    assert with_prior_sd(0.2, 2, 0.05) == pytest.approx(math.sqrt((0.2**2 + 0.05**2) / 2))
+    assert with_prior_sd(0.2, 1000, 0.05) == pytest.approx(0.2, rel=0.01)  # many: their own
 
 
 def _coverage(rng: random.Random, studies: int, configs: int, runs: int, cv: float, pooled: bool) -> float:

@@ -22,7 +22,15 @@ from autotune.study.analysis.evidence import summarize
 from autotune.study.analysis.export_rule import DEFAULT_MAX_OOM_PER_1K, finalists
 from autotune.study.loop.driver import TrialLoop
 from autotune.study.loop.opening import open_study
-from autotune.study.search.confirm import Kind, confirm_trials, next_step, race, search_quota
+from autotune.study.search.confirm import (
+    Kind,
+    confirm_trials,
+    leader_repeat_after,
+    leader_repeats,
+    next_step,
+    race,
+    search_quota,
+)
 from autotune.study.search.samplers import make_sampler
 from autotune.study.trials.record import Role, State, enqueue_attrs, records
 from tests.fakes.pools import InlinePool
@@ -30,15 +38,17 @@ from tests.fakes.pools import InlinePool
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def _space(confirm: dict | None = None, params: dict | None = None) -> SearchSpace:
+def _space(confirm: dict | None = None, params: dict | None = None, leader_repeats: int = 0) -> SearchSpace:
+    """The final race alone unless ``leader_repeats`` (the search's leader measured again
+    while it runs: test_the_search_repeats_its_lucky_leader_while_it_runs)."""
+    confirm = {"leader_repeats": leader_repeats, **(confirm or {})}
     return SearchSpace.model_validate({
         "version": 1,
         "engine": {"backend": "noop", "model": "m"},
         "params": params or {"max_num_seqs": {"type": "int", "low": 16, "high": 256},
                              "block_size": {"type": "categorical", "choices": [16, 32]}},
         "workload": {"num_requests": 50},
-        "study": {"sampler": "random", "strategy": {"warm_start": False},
-                  **({"confirm": confirm} if confirm is not None else {})},
+        "study": {"sampler": "random", "strategy": {"warm_start": False}, "confirm": confirm},
     })
 
 
@@ -95,6 +105,31 @@ def test_the_last_trials_race_the_finalists_with_fresh_seeds_and_no_early_stop()
     assert len({q.seed for q in pool.requests}) == len(recs)  # every run draws its own noise
     repeated = [c for c in summarize(recs, space).configs if c.n > 1]
     assert sorted(c.first.number for c in repeated) == sorted(final)
+
+
+def test_the_search_repeats_its_lucky_leader_while_it_runs():
+    """Up to ``leader_repeats`` confirmation runs go to the search's leader while the search
+    runs, each when the leader stands on one run, out of the same budget; the final race
+    gets the rest."""
+    space = _space(leader_repeats=2)
+    confirm = space.study.confirm
+    assert [leader_repeats(t, confirm) for t in (7, 8, 12, 24, 40)] == [0, 0, 1, 2, 2]  # the race keeps 2
+    assert [leader_repeat_after(space, 24, k) for k in (1, 2)] == [6, 12]  # 18 searched: thirds
+    study = _run(space, 24)
+    recs = records(study.trials)
+    assert all(r.state == State.COMPLETE for r in recs) and len(recs) <= 24  # fewer: the race was decided
+    assert sum(r.role != Role.CONFIRM for r in recs) == search_quota(24, confirm) == 18
+    last_search = max(r.number for r in recs if r.role != Role.CONFIRM)
+    early = [r for r in recs if r.role == Role.CONFIRM and r.number < last_search]
+    assert 1 <= len(early) <= 2
+    for k, r in enumerate(early, start=1):
+        before = [q for q in recs if q.role != Role.CONFIRM and q.finished_at < r.started_at]  # what it was decided on
+        assert len(before) >= leader_repeat_after(space, 24, k)
+        lead = finalists(summarize(before, space).configs, 1, DEFAULT_MAX_OOM_PER_1K, space.export.min_headroom_gib)[0]
+        assert r.repeat_of == lead.first.number and lead.n == 1  # the leader, on one run
+    assert sum(r.role == Role.CONFIRM for r in recs) <= confirm_trials(24, confirm)
+    counts = _confirm_counts(recs)
+    assert all(counts[n] >= 1 for n in _expected_finalists(study, space))  # the final race ran as well
 
 
 def test_the_race_repeats_contenders_and_stops_once_the_intervals_separate():

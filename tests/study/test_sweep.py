@@ -15,6 +15,7 @@ import pytest
 from autotune.calibrate import screen_wrapper
 from autotune.space import load_space
 from autotune.space.schema import ParamSpec, StrategySection
+from autotune.study.analysis import pooled_log_sd
 from autotune.study.analysis.evidence import config_key
 from autotune.study.search.residual import DEFAULT_RUN_SD, ResidualGP, encode, run_log_sd
 from autotune.study.search.samplers import make_sampler
@@ -62,7 +63,10 @@ def test_residual_gp_learns_a_structured_error_and_its_noise_from_repeats():
     far_mu, far_sd = gp.predict(np.array([[8.0, 8.0]]))
     assert far_sd[0] > 3 * np.max(sd)  # far from data: back to the prior ...
     assert abs(far_mu[0] - gp.mean) < 1e-6  # ... whose mean is the shared scale error
-    assert run_log_sd([[10.0, 11.0, 9.0], [5.0]]) == pytest.approx(np.std(np.log([10, 11, 9]), ddof=1))
+    measured = np.std(np.log([10, 11, 9]), ddof=1)  # 2 degrees of freedom, shrunk toward the default's 2
+    assert run_log_sd([[10.0, 11.0, 9.0], [5.0]]) == pytest.approx(math.sqrt((measured ** 2 + DEFAULT_RUN_SD ** 2) / 2))
+    many = [[10.0 * (1 + 0.2 * (i % 2)), 10.0] for i in range(400)]  # many repeats: their own spread
+    assert run_log_sd(many) == pytest.approx(pooled_log_sd(many)[0], rel=0.01)
     assert run_log_sd([[5.0]]) == DEFAULT_RUN_SD
 
 

@@ -44,6 +44,7 @@ from autotune.study.analysis.stats import (
     t_cdf,
     t_quantile,
     trials_needed,
+    with_prior_sd,
 )
 
-__all__ = ["Choice", "ConfigEvidence", "DEFAULT_MAX_OOM_PER_1K", "FrontCache", "FrontPoint", "LATENCY", "MEASURED", "OOM_METRIC", "Ranking", "SHOWN", "SHOWN_METRICS", "StudyEvidence", "beta_cdf", "beta_quantile", "choose", "choose_for_export", "clopper_pearson_upper", "config_front", "config_key", "finalists", "front_points", "mean_interval", "pareto_numbers", "pareto_trials", "pooled_log_sd", "pooled_relative_sd", "recommendation", "study_evidence", "summarize", "t_cdf", "t_quantile", "trials_needed"]
+__all__ = ["Choice", "ConfigEvidence", "DEFAULT_MAX_OOM_PER_1K", "FrontCache", "FrontPoint", "LATENCY", "MEASURED", "OOM_METRIC", "Ranking", "SHOWN", "SHOWN_METRICS", "StudyEvidence", "beta_cdf", "beta_quantile", "choose", "choose_for_export", "clopper_pearson_upper", "config_front", "config_key", "finalists", "front_points", "mean_interval", "pareto_numbers", "pareto_trials", "pooled_log_sd", "pooled_relative_sd", "recommendation", "study_evidence", "summarize", "t_cdf", "t_quantile", "trials_needed", "with_prior_sd"]

@@ -110,8 +110,9 @@ class Progress(Callback):
             self._confirming = self._confirming or record.role == Role.CONFIRM
             if self._confirming:
                 # Once configs are measured again, the front people see elsewhere (status, MLflow) is
-                # over configs at their mean (study/analysis/pareto.py): reading every trial costs O(n), but
-                # only for the few confirmation trials at the end of a study.
+                # over configs at their mean (study/analysis/pareto.py): reading every trial costs O(n) per
+                # trial from the first confirmation run on (a leader repeat, at the earliest a third
+                # into the search), a few hundred records at most.
                 front = [(p.number, p.values) for p in config_front(self.ctx.study)]
             else:
                 front = [(r.number, tuple(r.values or ())) for r in self.ctx.front.trials()]

@@ -36,6 +36,8 @@ from autotune.study.search import (
     StartupPredictor,
     Step,
     early_stop_notice,
+    leader_repeat_after,
+    leader_repeats,
     next_step,
     propose,
     search_quota,
@@ -80,6 +82,9 @@ class TrialLoop:
         self.pool = pool
         self.target = target
         self.quota = search_quota(target, space.study.confirm)  # the rest of the target confirms
+        # Finished trials before the search's leader may be repeated (never: past the target).
+        self.leader_from = (leader_repeat_after(space, target, 1)
+                            if leader_repeats(target, space.study.confirm) else target + 1)
         self.seed = seed
         self.callbacks = list(callbacks)
         self.secrets = list(secrets)
@@ -154,10 +159,11 @@ class TrialLoop:
         self._sync()
 
     def _step(self) -> Step:
-        """What to launch next. While the counts say the search has launches left, no
-        storage read is needed; past that, the stored trials decide (confirm.next_step)."""
+        """What to launch next. While the counts say the search has launches left and no
+        repeat of its leader can be due, no storage read is needed; past that, the stored
+        trials decide (confirm.next_step)."""
         t = self.tally
-        if t.complete + t.running_elsewhere + self.pool.running < self.quota:
+        if t.complete + t.running_elsewhere + self.pool.running < self.quota and t.complete < self.leader_from:
             return Step(Kind.SEARCH)
         if self.quota == self.target:  # no confirmation runs
             return Step(Kind.DONE if t.complete >= self.target else Kind.WAIT)

@@ -12,6 +12,9 @@ from autotune.study.search.confirm import (
     budget_note,
     budget_plan,
     confirm_trials,
+    leader_repeat,
+    leader_repeat_after,
+    leader_repeats,
     next_step,
     race,
     search_quota,
@@ -31,4 +34,4 @@ from autotune.study.search.seeding import baseline_params
 from autotune.study.search.strategy import RunSpread, early_stop_notice, early_stop_rule
 from autotune.study.search.sweep import SweepSampler, as_choice, candidate_pool, param_values
 
-__all__ = ["Choice", "DEFAULT_RUN_SD", "Kind", "MEMORY_CONSTANTS", "MemoryModel", "ResidualGP", "RunSpread", "SAMPLERS", "ScreeningSampler", "StartupPredictor", "Step", "SweepSampler", "WrappingSampler", "as_choice", "baseline_params", "budget_needed", "budget_note", "budget_plan", "candidate_pool", "confirm_trials", "early_stop_notice", "early_stop_rule", "encode", "gpu_memory_gib", "make_sampler", "next_step", "param_values", "propose", "race", "run_log_sd", "score", "search_quota", "server_spec", "startup_observations", "trial_request"]
+__all__ = ["Choice", "DEFAULT_RUN_SD", "Kind", "MEMORY_CONSTANTS", "MemoryModel", "ResidualGP", "RunSpread", "SAMPLERS", "ScreeningSampler", "StartupPredictor", "Step", "SweepSampler", "WrappingSampler", "as_choice", "baseline_params", "budget_needed", "budget_note", "budget_plan", "candidate_pool", "confirm_trials", "early_stop_notice", "early_stop_rule", "encode", "gpu_memory_gib", "leader_repeat", "leader_repeat_after", "leader_repeats", "make_sampler", "next_step", "param_values", "propose", "race", "run_log_sd", "score", "search_quota", "server_spec", "startup_observations", "trial_request"]

@@ -119,6 +119,45 @@ def budget_note(space: SearchSpace, target: int) -> str:
     return "" if plan.enough else plan.note(budget_needed(space, target))
 
 
+def leader_repeats(target: int, confirm: ConfirmSection) -> int:
+    """Confirmation runs that may go to the search's leader while the search runs: the
+    space's ``leader_repeats``, leaving the final race at least ``MIN_CONFIRM``."""
+    return max(0, min(confirm.leader_repeats, confirm_trials(target, confirm) - MIN_CONFIRM))
+
+
+def leader_repeat_after(space: SearchSpace, target: int, k: int) -> int:
+    """Finished search trials before the ``k``-th leader repeat (1-based) may come: the
+    sampled part of the search split evenly, so the first comes once the sampler has had a
+    share of it and the last well before the end."""
+    plan = budget_plan(space, target)
+    n = leader_repeats(target, space.study.confirm)
+    return plan.warm + k * plan.search // (n + 1)
+
+
+def leader_repeat(recs: Sequence[TrialRecord], space: SearchSpace, target: int) -> TrialRecord | None:
+    """The search trial whose config to measure again now, while the search runs, or None.
+
+    The export rule's pick among the finished search trials (the leader) is repeated when it
+    stands on one run, up to :func:`leader_repeats` times, each once the search has reached
+    :func:`leader_repeat_after`. Until some config is measured twice a study does not know
+    its run-to-run spread: the early-stop margin and the sweep's GP assume 5 %, and where
+    one run is 10-20 % off its config's mean, the luckiest early run becomes the front that
+    every later benchmark is stopped against. One repeat of the leader measures the spread
+    and tells luck from merit before the final race, whose budget it comes out of."""
+    n = leader_repeats(target, space.study.confirm)
+    confirms = [r for r in recs if r.role == Role.CONFIRM]
+    if len(confirms) >= n:
+        return None
+    search = [r for r in recs if r.role != Role.CONFIRM and r.state == State.COMPLETE]
+    if len(search) < leader_repeat_after(space, target, len(confirms) + 1):
+        return None
+    lead = finalists(summarize(search, space).configs, 1, DEFAULT_MAX_OOM_PER_1K, space.export.min_headroom_gib,
+                     Ranking.for_space(space))
+    if not lead or lead[0].n > 1 or any(r.repeat_of == lead[0].first.number for r in confirms):
+        return None
+    return lead[0].first
+
+
 def next_step(recs: Sequence[TrialRecord], space: SearchSpace, target: int) -> Step:
     """What a driver should launch next in a study of ``target`` launched trials."""
     quota = search_quota(target, space.study.confirm)
@@ -126,7 +165,10 @@ def next_step(recs: Sequence[TrialRecord], space: SearchSpace, target: int) -> S
     done = sum(r.state == State.COMPLETE for r in search)
     running = sum(r.state == State.RUNNING for r in search)
     if done + running < quota:
-        return Step(Kind.SEARCH)
+        if any(r.role == Role.CONFIRM and r.state == State.WAITING for r in recs):
+            return Step(Kind.ASK)
+        lead = leader_repeat(recs, space, target)
+        return Step(Kind.CONFIRM, lead) if lead is not None else Step(Kind.SEARCH)
     if quota == target:  # no confirmation
         return Step(Kind.WAIT if running else Kind.DONE)
     if running:

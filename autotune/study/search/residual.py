@@ -11,7 +11,7 @@ residual ``r(x) = log(measured) - log(predicted)`` over the configs measured, wi
   support a finer fit, and a grid is deterministic);
 * per-config noise ``s^2 / runs``, with ``s`` the log spread of one run estimated from the
   study's own repeats (configs measured more than once), not assumed; with no repeats yet,
-  ``DEFAULT_RUN_SD``.
+  ``DEFAULT_RUN_SD``, and with few, their spread shrunk toward it.
 
 Where it has data it corrects the model; far from data it falls back to the model plus the
 constant. Plain numpy, a few dozen points: microseconds, no extra dependency.
@@ -28,7 +28,7 @@ import numpy as np
 
 from autotune.space import SearchSpace
 from autotune.space.schema import ParamSpec
-from autotune.study.analysis import pooled_log_sd
+from autotune.study.analysis import pooled_log_sd, with_prior_sd
 
 DEFAULT_RUN_SD = 0.05  # log spread of one run before the study has repeats to measure it
 LENGTHS = (0.15, 0.25, 0.4, 0.6, 1.0)  # kernel lengths tried, in normalised param units
@@ -115,6 +115,6 @@ def _solve(chol: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def run_log_sd(groups: Sequence[Sequence[float]]) -> float:
     """The log spread of one run, pooled over configs measured more than once
-    (``DEFAULT_RUN_SD`` when none is)."""
-    sd, df = pooled_log_sd(groups)
-    return sd if df else DEFAULT_RUN_SD
+    (``DEFAULT_RUN_SD`` when none is), shrunk toward ``DEFAULT_RUN_SD`` while the repeats are
+    few (:func:`with_prior_sd`)."""
+    return with_prior_sd(*pooled_log_sd(groups), DEFAULT_RUN_SD)

@@ -27,7 +27,7 @@ from optuna.trial import TrialState
 from autotune.early_stop import EarlyStopRule, unboundable
 from autotune.metrics import bound_of
 from autotune.space import SearchSpace
-from autotune.study.analysis import config_key, front_points, pooled_relative_sd
+from autotune.study.analysis import config_key, front_points, pooled_relative_sd, with_prior_sd
 from autotune.study.search.pruning import StartupPredictor
 from autotune.study.trials import Role, TrialRecord, records
 
@@ -55,8 +55,9 @@ class RunSpread:
             self._runs.setdefault(config_key(r.flags), []).append(v)
 
     def relative_sd(self) -> float:
-        """NaN until some config has two full runs."""
-        return pooled_relative_sd([g for g in self._runs.values() if len(g) > 1])[0]
+        """The pooled spread, shrunk toward ``ASSUMED_RUN_SD`` while the repeats are few
+        (:func:`with_prior_sd`); ``ASSUMED_RUN_SD`` until some config has two full runs."""
+        return with_prior_sd(*pooled_relative_sd([g for g in self._runs.values() if len(g) > 1]), ASSUMED_RUN_SD)
 
 
 def spread_metric(space: SearchSpace) -> str:
