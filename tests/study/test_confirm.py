@@ -132,6 +132,20 @@ def test_the_search_repeats_its_lucky_leader_while_it_runs():
     assert all(counts[n] >= 1 for n in _expected_finalists(study, space))  # the final race ran as well
 
 
+def test_a_worker_dying_under_a_leader_repeat_reruns_it_and_the_study_completes():
+    space = _space(leader_repeats=2)
+    first = next(r.number for r in records(_run(space, 24).trials) if r.role == Role.CONFIRM)
+    study = _run(space, 24, two_workers(die={first}))  # the same study, its first leader repeat's worker dies
+    recs = records(study.trials)
+    failed = [r for r in recs if r.state == State.FAILED]
+    assert [r.number for r in failed] == [first] and failed[0].role == Role.CONFIRM
+    rerun = next(r for r in recs if r.requeued_from == first)
+    assert rerun.role == Role.CONFIRM and rerun.repeat_of == failed[0].repeat_of and rerun.state == State.COMPLETE
+    assert sum(r.role != Role.CONFIRM and r.state == State.COMPLETE for r in recs) == 18
+    done = [r for r in recs if r.role == Role.CONFIRM and r.state == State.COMPLETE]
+    assert 1 <= len(done) <= confirm_trials(24, space.study.confirm)
+
+
 def test_the_race_repeats_contenders_and_stops_once_the_intervals_separate():
     """Two finalists 1 % apart keep being raced; one 40 % behind drops out after one repeat."""
     space = _space(params={"block_size": {"type": "categorical", "choices": [16, 32]},

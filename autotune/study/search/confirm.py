@@ -145,7 +145,8 @@ def leader_repeat(recs: Sequence[TrialRecord], space: SearchSpace, target: int) 
     every later benchmark is stopped against. One repeat of the leader measures the spread
     and tells luck from merit before the final race, whose budget it comes out of."""
     n = leader_repeats(target, space.study.confirm)
-    confirms = [r for r in recs if r.role == Role.CONFIRM]
+    # A FAILED repeat measured nothing and has been re-enqueued: the re-run counts, not it.
+    confirms = [r for r in recs if r.role == Role.CONFIRM and r.state != State.FAILED]
     if len(confirms) >= n:
         return None
     search = [r for r in recs if r.role != Role.CONFIRM and r.state == State.COMPLETE]
