@@ -32,7 +32,7 @@ a space: it goes to the pool's backend alone (:mod:`experiments.reality_gap.stud
   starts; then benchmark every max_num_seqs x max_num_batched_tokens of its lists at that
   gmu, prefix caching on (:mod:`experiments.reality_gap.auto_tune_sh`). The script's p99
   ceiling is the export rule's OOM-then-objective ranking here, as for every strategy.
-* ablations: ``autotune`` with one part off (:data:`ABLATIONS`).
+* ablations: ``autotune`` with one part off, or the part left off on (:data:`ABLATIONS`).
 """
 
 from __future__ import annotations
@@ -58,6 +58,9 @@ ABLATIONS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "autotune-nolearn": ({"prune_learns_error": False}, {}),
     "autotune-nominal": ({"model_profile": "nominal"}, {}),
     "autotune-noconfirm": ({}, {"finalists": 0}),
+    # Not an ablation but the one part tried and left off (README, "Leader repeats"): 2 of the
+    # confirmation runs repeat the search's leader while it runs.
+    "autotune-leader": ({}, {"leader_repeats": 2}),
 }
 BASELINES = ("random", "tpe", "grid", "tpe-confirm", "sim-best", "auto-tune-sh")
 STRATEGIES = (*BASELINES, "autotune", *ABLATIONS)
