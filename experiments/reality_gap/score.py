@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.space import SearchSpace
-from autotune.study.analysis import ConfigEvidence, Ranking, choose, config_key, summarize
+from autotune.study.analysis import Choice, ConfigEvidence, Ranking, choose, config_key, summarize
 from autotune.study.trials import Role, State, TrialRecord
 from experiments.reality_gap.truth import OOM_LIMIT
 from experiments.search.harness import Dispatch
@@ -58,10 +58,15 @@ def gpu_hours_by(t: float, timed: Sequence[Timed], gpus: int) -> float:
     return gpus * sum(max(0.0, min(x.end_s, t) - x.start_s) for x in timed) / 3600.0
 
 
+def export_pick(recs: Sequence[TrialRecord], space: SearchSpace) -> Choice | None:
+    """autotune's export rule on ``recs`` (``choose_for_export``'s rule), with its reasons."""
+    return choose(summarize(recs, space).configs, OOM_LIMIT, space.export.min_headroom_gib,
+                  rank=Ranking.for_space(space))
+
+
 def export_choice(recs: Sequence[TrialRecord], space: SearchSpace) -> ConfigEvidence | None:
-    """The config autotune's export rule picks from ``recs`` (``choose_for_export``'s rule)."""
-    choice = choose(summarize(recs, space).configs, OOM_LIMIT, space.export.min_headroom_gib,
-                    rank=Ranking.for_space(space))
+    """The config autotune's export rule picks from ``recs``."""
+    choice = export_pick(recs, space)
     return None if choice is None else choice.config
 
 

@@ -63,7 +63,9 @@ ABLATIONS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "autotune-leader": ({}, {"leader_repeats": 2}),
 }
 BASELINES = ("random", "tpe", "grid", "tpe-confirm", "sim-best", "auto-tune-sh")
-STRATEGIES = (*BASELINES, "autotune", *ABLATIONS)
+# tpe-confirm with the same part on (README, "Leader repeats"); not a baseline a user tries first.
+LEADER_BASELINE = "tpe-confirm-leader"
+STRATEGIES = (*BASELINES, "autotune", *ABLATIONS, LEADER_BASELINE)
 
 
 def variant(space: SearchSpace, strategy: str) -> SearchSpace:
@@ -75,8 +77,8 @@ def variant(space: SearchSpace, strategy: str) -> SearchSpace:
         return _with_study(space, space.study.sampler, switches, confirm)
     if strategy in ("random", "tpe"):
         return _with_study(space, strategy, PLAIN, {"finalists": 0})
-    if strategy == "tpe-confirm":
-        return _with_study(space, "tpe", PLAIN, {})
+    if strategy in ("tpe-confirm", LEADER_BASELINE):
+        return _with_study(space, "tpe", PLAIN, ABLATIONS["autotune-leader"][1] if strategy == LEADER_BASELINE else {})
     if strategy in ("grid", "auto-tune-sh"):
         # auto-tune-sh enqueues its own sequence (auto_tune_sh.py); the sampler is never asked.
         return _with_study(_auto_tune_lists(space), "grid", PLAIN, {"finalists": 0})

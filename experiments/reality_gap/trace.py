@@ -15,9 +15,7 @@ import sys
 from typing import Any
 
 from autotune.errors import UserError
-from autotune.study.analysis import summarize
-from autotune.study.analysis.export_rule import DEFAULT_MAX_OOM_PER_1K, Ranking, choose
-from experiments.reality_gap import seeds
+from experiments.reality_gap import score, seeds
 from experiments.reality_gap.run import run_strategy
 from experiments.reality_gap.truth import Truth
 
@@ -47,9 +45,7 @@ def trace(scenario: str, truth_seed: int, study_seed: int, strategy: str = "auto
         lines.append(f"{r.number} {r.role} {r.shown_state}{' early-stopped' if r.early_stopped else ''} "
                      f"{r.params} measured {measured if measured is None else round(measured, 3)} "
                      f"true {true if true is None else round(true, 3)} {why.get(r.number, '')}".rstrip())
-    space = bench.space
-    pick = choose(summarize(bench.records(), space).configs, DEFAULT_MAX_OOM_PER_1K, space.export.min_headroom_gib,
-                  rank=Ranking.for_space(space))
+    pick = score.export_pick(bench.records(), bench.space)  # the benchmark's own reading of the export
     if pick is None:
         lines.append("export: nothing to export")
     else:
