@@ -71,7 +71,18 @@ def run_case(scenario: str, truth_seed: int, strategy: str, *, trials: int | Non
              family: str = DEFAULT_FAMILY, min_runs: int | None = None) -> dict[str, Any]:
     """Run one study against the truth and score it (the JSON object of the contract). ``min_runs``: replay
     scenarios only, the starts a table config needs (replay.table_for)."""
+    for flag, value in (("--truth-seed", truth_seed), ("--study-seed", seed)):
+        problem = None if value is None else seeds.seed_problem(flag, value)
+        if problem is not None:
+            raise UserError(problem)
+    if jobs < 1:
+        raise UserError(f"--jobs {jobs}: must be at least 1")
+    if min_runs is not None and min_runs < 1:
+        raise UserError(f"--min-runs {min_runs}: must be at least 1 (1 admits configs measured once)")
     if replay.is_replay(scenario):
+        if family != DEFAULT_FAMILY:
+            raise UserError(f"--truth-family {family} on {scenario}: a measured table is its own truth; "
+                            "truth families are for the simulated scenarios")
         return run_replay_case(scenario, truth_seed, strategy, trials=trials, seed=seed, calibrate=calibrate,
                                min_runs=min_runs)
     if min_runs is not None:
@@ -109,7 +120,10 @@ def run_replay_case(scenario: str, truth_seed: int, strategy: str, *, trials: in
                         "measured table has not; python -m experiments.vllm_cpu.fidelity calibrates the simulator on "
                         "the table instead")
     t0 = time.time()
-    truth = replay.ReplayTruth.load(scenario, truth_seed, min_runs=min_runs)
+    try:
+        truth = replay.ReplayTruth.load(scenario, truth_seed, min_runs=min_runs)
+    except (OSError, ValueError) as e:
+        raise UserError(f"--scenario: {e}") from None
     case_budget = trials if trials is not None else truth.space.study.trials
     study_seed = truth_seed if seed is None else seed
     extra: dict[str, Any] = {}

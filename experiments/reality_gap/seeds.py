@@ -16,6 +16,16 @@ from __future__ import annotations
 DEV_TRUTH_SEEDS: tuple[int, ...] = tuple(range(0, 10))
 EVAL_TRUTH_SEEDS: tuple[int, ...] = tuple(range(1000, 1010))
 STUDY_SEEDS: tuple[int, ...] = (0, 1, 2)  # study seeds per case (>= 3: the issue's floor)
+# A study seed seeds Optuna's samplers (numpy's RandomState): 0 to 2**32 - 1. A truth seed is
+# held to the same range, since it is also the study seed when none is given.
+MAX_SEED = 2**32 - 1
+
+
+def seed_problem(flag: str, value: int) -> str | None:
+    """Why ``value`` cannot be the seed ``flag`` names, in one line (None: it can)."""
+    if 0 <= value <= MAX_SEED:
+        return None
+    return f"{flag} {value}: a seed is an integer from 0 to {MAX_SEED}"
 
 
 def draw_seed(family: str, scenario: str, truth_seed: int) -> str:

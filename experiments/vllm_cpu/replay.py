@@ -96,6 +96,20 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+ROW_KEYS = ("landscape", "config", "start", "flags")  # what a recorded run needs to be replayed
+
+
+def check_rows(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """A ValueError naming the first row that is not a recorded run in measure.py's format."""
+    for i, r in enumerate(rows, 1):
+        missing = [k for k in ROW_KEYS if not isinstance(r, Mapping) or k not in r]
+        if missing:
+            raise ValueError(f"{path}: row {i} is not a recorded run of experiments/vllm_cpu/measure.py "
+                             f"(it lacks {', '.join(missing)})")
+        if not isinstance(r["flags"], Mapping):
+            raise ValueError(f"{path}: row {i}: 'flags' must be a mapping of vLLM flags")
+
+
 @dataclass(frozen=True)
 class Config:
     """One measured config: its name in the table, its searched flags as recorded and as resolved, its runs."""
@@ -158,9 +172,12 @@ class Table:
         """The table of ``path``: rows of ``landscape`` (default: the landscape most rows have), configs with
         at least ``min_runs`` runs."""
         space = space if space is not None else load_space(SPACE)
+        if not Path(path).is_file():
+            raise ValueError(f"{path}: no such runs file (experiments/vllm_cpu/measure.py writes one)")
         rows = read_rows(path)
         if not rows:
             raise ValueError(f"{path}: no recorded runs")
+        check_rows(path, rows)
         if landscape is None:
             counts: dict[str, int] = {}
             for r in rows:
@@ -177,7 +194,14 @@ class Table:
             if len({r["start"] for r in rs}) < min_runs:
                 skipped[name] = len(rs)
                 continue
-            params = resolve_params(space, rs[0]["flags"])
+            try:
+                params = resolve_params(space, rs[0]["flags"])
+            except (TypeError, ValueError, KeyError) as e:
+                raise ValueError(f"{path}: config {name}'s flags are not the space's ({type(e).__name__}: {e})") from None
+            outside = [f"{k}={v!r}" for k, v in params.items() if not admits(space.params[k], v)]
+            if outside:
+                raise ValueError(f"{path}: config {name} runs {', '.join(outside)}, outside the replay's space "
+                                 f"({SPACE.name}); a table must measure that space's values")
             key = params_key(params)
             if key in configs:
                 raise ValueError(f"{path}: configs {configs[key].name} and {name} run the same flags")
@@ -215,6 +239,20 @@ def resolve_params(space: SearchSpace, flags: Mapping[str, Any]) -> dict[str, An
     full = resolve_defaults({**space.fixed_flags(), **{k: v for k, v in flags.items() if v is not None}},
                             space.engine.gpu, None)
     return {k: _canon(full.get(k)) for k in space.params}
+
+
+def admits(spec: ParamSpec, value: Any) -> bool:
+    """Whether ``value`` is one the param ``spec`` can take (a conditional param may be unset)."""
+    if value is None:
+        return spec.when is not None
+    if spec.type == "categorical":
+        return any(_canon(c) == _canon(value) for c in spec.choices or [])
+    if spec.type == "bool":
+        return isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    assert spec.low is not None and spec.high is not None
+    return spec.low <= value <= spec.high
 
 
 def params_key(params: Mapping[str, Any]) -> tuple:
@@ -504,8 +542,20 @@ def table_for(scenario: str, min_runs: int | None = None) -> Table:
                 return t
         except (OSError, ValueError):
             pass
+        if min_runs is not None:  # asked for: the pilot (measured with its own starts) would not be what was asked
+            raise ValueError(f"fewer than 2 configs of {path.name} have {n} recorded starts; "
+                             f"lower --min-runs (the table's configs have {max_starts(path)} at most)")
         path = PILOT
     return Table.load(path)
+
+
+def max_starts(path: Path) -> int:
+    """The most distinct server starts any config of the runs file ``path`` has (0 without one)."""
+    starts: dict[str, set] = {}
+    for r in read_rows(path) if Path(path).is_file() else []:
+        if isinstance(r, Mapping) and "config" in r:
+            starts.setdefault(str(r["config"]), set()).add(r.get("start"))
+    return max((len(v) for v in starts.values()), default=0)
 
 
 def strategy_problem(strategy: str) -> str | None:

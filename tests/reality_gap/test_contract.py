@@ -107,6 +107,12 @@ def test_same_call_same_answer():
     (["--scenario", "tiny-cpu", "--truth-seed", "0", "--strategy", "tpe"], "--scenario 'tiny-cpu'"),
     (["--scenario", "no/such/space.yaml", "--truth-seed", "0", "--strategy", "tpe"], "no such search-space file"),
     (["--scenario", SCENARIO, "--truth-seed", "0", "--strategy", "tpe", "--trials", "0"], "--trials 0"),
+    # Optuna's samplers take seeds 0 to 2**32 - 1; the truth seed is the study seed unless one is given.
+    (["--scenario", SCENARIO, "--truth-seed", "-1", "--strategy", "sim-best"], "--truth-seed -1"),
+    (["--scenario", SCENARIO, "--truth-seed", "0", "--study-seed", str(2**32), "--strategy", "tpe"],
+     f"--study-seed {2**32}"),
+    (["--scenario", SCENARIO, "--truth-seed", "0", "--strategy", "tpe", "--jobs", "0"], "--jobs 0"),
+    (["--scenario", SCENARIO, "--truth-seed", "0", "--strategy", "tpe", "--min-runs", "2"], "--min-runs"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needle):
     p = _run(*args, "--json")

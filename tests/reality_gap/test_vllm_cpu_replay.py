@@ -184,6 +184,33 @@ def test_the_scenario_json_has_the_contract_keys(table_path, strategy, capsys):
     assert math.isclose(d["regret"], d["true_main"] / d["true_best"] - 1, rel_tol=1e-9)
 
 
+@pytest.mark.parametrize("rows, needle", [
+    ([], "no recorded runs"),
+    (['{"a": 1}'], "row 1 is not a recorded run"),
+    (['{"landscape": "x", "config": "c", "start": 0, "flags": 3}'], "'flags' must be a mapping"),
+    (['{"landscape": "x", "config": "c", "start": 0, "flags": {"max_num_seqs": "many"}}'], "config c's flags"),
+    (['{"landscape": "x", "config": "c", "start": 0, "flags": {"kv_cache_dtype": "int3"}}'], "outside the replay's space"),
+])
+def test_a_runs_file_that_is_not_a_table_is_one_line(tmp_path, capsys, rows, needle):
+    """A hostile or foreign ``*.jsonl`` gets one line naming the row or config, exit 2, no traceback."""
+    path = tmp_path / "foreign.jsonl"
+    path.write_text("".join(r + "\n" for r in rows))
+    rc = run_mod.main(["--scenario", str(path), "--truth-seed", "0", "--strategy", "tpe", "--min-runs", "1", "--json"])
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_missing_runs_file_and_an_unmet_min_runs_are_refused(table_path, tmp_path, capsys):
+    rc = run_mod.main(["--scenario", str(tmp_path / "none.jsonl"), "--truth-seed", "0", "--strategy", "tpe"])
+    assert rc == 2 and "no such runs file" in capsys.readouterr().err
+    # vllm-cpu falls back to the pilot only while the full table is measured, never for an explicit --min-runs.
+    rc = run_mod.main(["--scenario", "vllm-cpu", "--truth-seed", "0", "--strategy", "tpe", "--min-runs", "99"])
+    assert rc == 2 and "lower --min-runs" in capsys.readouterr().err
+    rc = run_mod.main(["--scenario", str(table_path), "--truth-seed", "0", "--strategy", "tpe",
+                       "--truth-family", "constants"])
+    assert rc == 2 and "a measured table is its own truth" in capsys.readouterr().err
+
+
 def test_the_gpu_procedure_is_refused(table_path, capsys):
     # autotune and sim-best run on the CPU host's model now (tests/reality_gap/test_vllm_cpu_search.py).
     rc = run_mod.main(["--scenario", str(table_path), "--truth-seed", "0", "--strategy", "auto-tune-sh", "--json"])
