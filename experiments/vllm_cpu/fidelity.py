@@ -315,6 +315,16 @@ def _med(vals: list[float]) -> float | None:
     return statistics.median(vals) if vals else None
 
 
+def argument_problem(args: argparse.Namespace) -> str | None:
+    """Why the arguments cannot be run, in one line (None: they can). The issue's "at most 5" is refused
+    beyond, not clamped, so a figure is never printed for a calibration set other than the one asked for."""
+    if not 1 <= args.calibration_configs <= MAX_CALIBRATION:
+        return f"--calibration-configs {args.calibration_configs}: from 1 to {MAX_CALIBRATION} (the issue's limit)"
+    if args.min_runs < 1:
+        return f"--min-runs {args.min_runs}: must be at least 1 (1 admits configs measured once)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--table", type=Path, help="a runs file (default: results/runs.jsonl, else the pilot)")
@@ -327,6 +337,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="calibrate on this runs file's configs (e.g. the pilot) and predict every other config of "
                          "--table")
     args = ap.parse_args(argv)
+    problem = argument_problem(args)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
         table = replay.Table.load(args.table, min_runs=args.min_runs) if args.table else replay.table_for("vllm-cpu", args.min_runs)
         cal_table = replay.Table.load(args.calibration_table) if args.calibration_table else None

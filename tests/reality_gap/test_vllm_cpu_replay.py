@@ -254,6 +254,18 @@ def test_the_fidelity_json_has_its_keys(table_path, capsys):
             assert d["views"][v]["median_abs_err"] >= 0
 
 
+@pytest.mark.parametrize("args, needle", [
+    (["--calibration-configs", "0"], "--calibration-configs 0: from 1 to 5"),
+    (["--calibration-configs", "6"], "--calibration-configs 6: from 1 to 5"),
+    (["--min-runs", "0"], "--min-runs 0"),
+])
+def test_fidelity_refuses_a_calibration_set_it_would_not_run(table_path, capsys, args, needle):
+    """Beyond the issue's 5 configs the fit is refused, not clamped: no figure is printed for a set not asked for."""
+    assert fidelity.main(["--table", str(table_path), *args, "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and needle in captured.err and len(captured.err.strip().splitlines()) == 1
+
+
 def test_the_speed_free_views_cancel_the_machines_speed_and_the_noise_floor_follows_the_spread():
     """A start on a machine twice as slow stretches p99, the benchmark and the server's start alike: the views'
     ratios are the same in both starts, so their CV is 0 where p99's is not; the noise floor is the median error
