@@ -28,15 +28,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import sys
 import time
 from typing import Any
 
 from autotune.errors import UserError
+from autotune.space import SearchSpace
+from autotune.study.search import confirm_trials
+from autotune.study.trials import Role, enqueue_attrs
 from experiments.reality_gap import auto_tune_sh, seeds
 from experiments.reality_gap import score as S
 from experiments.reality_gap.families import DEFAULT_FAMILY, FAMILIES
-from experiments.reality_gap.strategies import STRATEGIES, budget, sim_best_space, variant
+from experiments.reality_gap.strategies import CEILING, STRATEGIES, budget, sim_best_space, variant
 from experiments.reality_gap.study import WORKERS, BenchStudy, build
 from experiments.reality_gap.truth import Truth
 from experiments.scenarios import grids
@@ -137,6 +141,8 @@ def run_replay_case(scenario: str, truth_seed: int, strategy: str, *, trials: in
                           budget(strategy, case_budget)).run()
         else:
             space = variant(truth.space, "random" if strategy == "grid" else strategy)
+            if strategy == CEILING:  # every table config once in the grid's seeded order, then confirmation
+                case_budget = len(truth.table) + confirm_trials(case_budget, space.study.confirm)
             model = replay.STRATEGY_MODES[strategy] == "model"
             if model:  # autotune's study and its model see the space the simulator models (replay.model_space)
                 space = replay.model_space(space)
@@ -183,6 +189,18 @@ def replay_progress(bench: BenchStudy, truth: replay.ReplayTruth) -> dict[str, A
             "tied_95": tied}
 
 
+def grid_all(truth: Truth, space: SearchSpace, study_seed: int, case_budget: int) -> BenchStudy:
+    """The ceiling (strategies.py): every grid config once in a seeded order, then the confirmation
+    runs that ``case_budget`` gives the space, raced and exported by the rule."""
+    configs = [{p: r[p] for p in truth.grid.params} for r in truth.grid.rows]
+    random.Random(study_seed).shuffle(configs)
+    n_confirm = confirm_trials(case_budget, space.study.confirm)
+    bench = build(space, truth.backend(), study_seed, len(configs) + n_confirm)
+    for c in configs:
+        bench.study.enqueue_trial(c, user_attrs=enqueue_attrs(Role.SEARCH))
+    return bench.run()
+
+
 def run_strategy(truth: Truth, strategy: str, study_seed: int, case_budget: int, jobs: int = 2,
                  log=lambda *_: None) -> BenchStudy:
     """One study of ``strategy`` against ``truth``: the space it sees, run to its end."""
@@ -193,6 +211,8 @@ def run_strategy(truth: Truth, strategy: str, study_seed: int, case_budget: int,
         space = sim_best_space(truth.space, truth.params(nominal.target))
         return build(space, truth.backend(), study_seed, budget(strategy, case_budget)).run()
     space = variant(truth.space, strategy)
+    if strategy == CEILING:
+        return grid_all(truth, space, study_seed, case_budget)
     if strategy == "auto-tune-sh":
         study, pool = auto_tune_sh.run(space, truth.backend(), study_seed, WORKERS)
         return BenchStudy(space, study, pool, None)

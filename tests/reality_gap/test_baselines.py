@@ -150,3 +150,22 @@ def test_the_cli_takes_a_path_and_refuses_a_missing_one(tiny):
                          timeout=600)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
     assert not math.isnan(yaml.safe_load(Path(tiny).read_text())["study"]["trials"])
+
+
+def test_the_ceiling_measures_every_grid_config_once_then_races_them(tiny):
+    """grid-all (a ceiling, not a baseline): the brute force's every config once, then the confirmation runs the
+    space's own budget gives (8 trials: 2), raced and exported by the same rule as every strategy."""
+    from autotune.study.analysis import config_key
+    from autotune.study.trials import Role
+    from experiments.reality_gap.run import run_strategy
+    from experiments.reality_gap.truth import Truth
+
+    truth = Truth.load(tiny, 0, jobs=1)
+    grid = {config_key({p: r[p] for p in truth.grid.params}) for r in truth.grid.rows}
+    recs = run_strategy(truth, "grid-all", 0, truth.space.study.trials).records()
+    search = [r for r in recs if r.role == Role.SEARCH]
+    confirm = [r for r in recs if r.role == Role.CONFIRM]
+    assert len(search) == len(grid) == 8 and {config_key(truth.params(r.flags)) for r in search} == grid
+    assert len(confirm) == 2 and all(r.repeat_of is not None for r in confirm)
+    out = run_case(tiny, 0, "grid-all", jobs=1, seed=0)
+    assert out["launched"] == 10 and out["confirmation_runs"] == 2 and out["exported_flags"] is not None
