@@ -142,7 +142,7 @@ def run_replay_case(scenario: str, truth_seed: int, strategy: str, *, trials: in
         else:
             space = variant(truth.space, "random" if strategy == "grid" else strategy)
             if strategy == CEILING:  # every table config once in the grid's seeded order, then confirmation
-                case_budget = len(truth.table) + confirm_trials(case_budget, space.study.confirm)
+                case_budget = len(truth.table) + ceiling_confirm_runs(len(truth.table), space)
             model = replay.STRATEGY_MODES[strategy] == "model"
             if model:  # autotune's study and its model see the space the simulator models (replay.model_space)
                 space = replay.model_space(space)
@@ -189,13 +189,19 @@ def replay_progress(bench: BenchStudy, truth: replay.ReplayTruth) -> dict[str, A
             "tied_95": tied}
 
 
-def grid_all(truth: Truth, space: SearchSpace, study_seed: int, case_budget: int) -> BenchStudy:
-    """The ceiling (strategies.py): every grid config once in a seeded order, then the confirmation
-    runs that ``case_budget`` gives the space, raced and exported by the rule."""
+def ceiling_confirm_runs(configs: int, space: SearchSpace) -> int:
+    """The confirmation runs of the ceiling: the most, up to the space's ``confirm.trials``, that the trial
+    loop gives a budget of ``configs`` + them (so the search part is exactly every config once)."""
+    c = space.study.confirm
+    return next(n for n in range(c.trials, -1, -1) if confirm_trials(configs + n, c) == n)
+
+
+def grid_all(truth: Truth, space: SearchSpace, study_seed: int) -> BenchStudy:
+    """The ceiling (strategies.py): every grid config once in a seeded order, then the space's
+    confirmation runs (:func:`ceiling_confirm_runs`), raced and exported by the rule."""
     configs = [{p: r[p] for p in truth.grid.params} for r in truth.grid.rows]
     random.Random(study_seed).shuffle(configs)
-    n_confirm = confirm_trials(case_budget, space.study.confirm)
-    bench = build(space, truth.backend(), study_seed, len(configs) + n_confirm)
+    bench = build(space, truth.backend(), study_seed, len(configs) + ceiling_confirm_runs(len(configs), space))
     for c in configs:
         bench.study.enqueue_trial(c, user_attrs=enqueue_attrs(Role.SEARCH))
     return bench.run()
@@ -212,7 +218,7 @@ def run_strategy(truth: Truth, strategy: str, study_seed: int, case_budget: int,
         return build(space, truth.backend(), study_seed, budget(strategy, case_budget)).run()
     space = variant(truth.space, strategy)
     if strategy == CEILING:
-        return grid_all(truth, space, study_seed, case_budget)
+        return grid_all(truth, space, study_seed)
     if strategy == "auto-tune-sh":
         study, pool = auto_tune_sh.run(space, truth.backend(), study_seed, WORKERS)
         return BenchStudy(space, study, pool, None)

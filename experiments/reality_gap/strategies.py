@@ -38,7 +38,7 @@ a space: it goes to the pool's backend alone (:mod:`experiments.reality_gap.stud
   confirmation race and export rule, as ``tpe-confirm`` and ``autotune`` run them. A search
   cannot measure more than that, so where ``grid-all`` misses the 2 % band the miss is the
   race's and the export rule's under the run-to-run noise, not the search's. Its budget is the
-  grid's size plus the confirmation runs the space's budget gives (README, "The noise ceiling").
+  grid's size plus the space's confirmation runs (README, "The noise ceiling").
 """
 
 from __future__ import annotations

@@ -511,7 +511,8 @@ REFUSED = {
 ABLATION_NAMES = ("autotune-nosweep", "autotune-noscreen", "autotune-nolearn", "autotune-nominal",
                   "autotune-noconfirm")
 STRATEGY_MODES = {"random": "random", "tpe": "nearest", "tpe-confirm": "nearest", "grid": "grid",
-                  "grid-all": "grid", "autotune": "model", **{a: "model" for a in ABLATION_NAMES}}
+                  "autotune": "model", **{a: "model" for a in ABLATION_NAMES},
+                  "grid-all": "grid"}  # the ceiling: every table config in the grid's order, then confirmation
 RUNNABLE = (*STRATEGY_MODES, "sim-best")
 # The one flag of the table's space the simulator does not model: --load-format dummy initialises the same
 # weights at random (same shapes, memory and arithmetic; only the load differs, and the CPU host's startup

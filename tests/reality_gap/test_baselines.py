@@ -153,8 +153,8 @@ def test_the_cli_takes_a_path_and_refuses_a_missing_one(tiny):
 
 
 def test_the_ceiling_measures_every_grid_config_once_then_races_them(tiny):
-    """grid-all (a ceiling, not a baseline): the brute force's every config once, then the confirmation runs the
-    space's own budget gives (8 trials: 2), raced and exported by the same rule as every strategy."""
+    """grid-all (a ceiling, not a baseline): the brute force's every config once, then as many of the space's
+    confirmation runs as the loop gives that budget (8 configs: 2 of 6), raced and exported by the same rule."""
     from autotune.study.analysis import config_key
     from autotune.study.trials import Role
     from experiments.reality_gap.run import run_strategy

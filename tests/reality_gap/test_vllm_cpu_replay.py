@@ -211,6 +211,14 @@ def test_a_missing_runs_file_and_an_unmet_min_runs_are_refused(table_path, tmp_p
     assert rc == 2 and "a measured table is its own truth" in capsys.readouterr().err
 
 
+def test_the_ceiling_measures_every_table_config(table_path, capsys):
+    """grid-all on a table: every config once (a table of 5 leaves no room for confirmation runs in a budget of 5)."""
+    assert run_mod.main(["--scenario", str(table_path), "--truth-seed", "0", "--strategy", "grid-all", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    n = d["table_configs"]
+    assert d["configs_measured"] == n == 5 and d["launched"] == n + d["confirmation_runs"]
+
+
 def test_the_gpu_procedure_is_refused(table_path, capsys):
     # autotune and sim-best run on the CPU host's model now (tests/reality_gap/test_vllm_cpu_search.py).
     rc = run_mod.main(["--scenario", str(table_path), "--truth-seed", "0", "--strategy", "auto-tune-sh", "--json"])
