@@ -13,7 +13,7 @@ import pytest
 from autotune.export.header import engine_death_line, oom_line
 from autotune.space import load_space
 from autotune.study.analysis.evidence import summarize
-from autotune.study.analysis.export_rule import MEASURED, SHOWN, choose, choose_for_export, finalists
+from autotune.study.analysis.export_rule import MEASURED, SHOWN, Ranking, choose, choose_for_export, finalists
 from autotune.study.trials.record import Role, State, TrialRecord, records
 from tests.conftest import REPO, with_setting
 
@@ -149,6 +149,32 @@ def test_the_edge_config_stays_when_nothing_with_margin_is_close_and_the_header_
     assert any("below the 1 GiB margin" in n for n in choice.notes)
 
 
+def test_a_goodput_pair_across_a_cliff_does_not_make_the_worst_configs_rank_first():
+    """Found by the reality-gap ceiling (grid-all on bursty-goodput dev truth 1): one config measured twice
+    either side of a KV cliff (5.2 and 0.6 requests/s) sets a pooled spread of ~110 % on 1 degree of freedom,
+    so a single run's interval is the mean +- ~14x itself. Ranked by the lower end, mean x (1 - 14), the
+    higher a config's goodput the lower its bound: the cliff config and then the worst runs ranked first.
+    The pessimistic end mean / (1 + r) keeps single runs in the order of their means."""
+    data = with_setting(SPACE.model_dump(), "objectives", [{"metric": "goodput_rps_per_gpu", "direction": "maximize"},
+                                                            {"metric": "oom_per_1k"}])
+    space = SPACE.model_validate(with_setting(data, "workload.goodput_slo", {"ttft_s": 10.0, "tpot_s": 0.2}))
+    study = _study()
+    cliff = (0.93, "auto")
+    _add(study, cliff, 20.0, extra={"goodput_rps_per_gpu": 5.2})
+    _add(study, cliff, 20.0, extra={"goodput_rps_per_gpu": 0.6})
+    best = _add(study, ROOMY, 20.0, extra={"goodput_rps_per_gpu": 26.9})
+    _add(study, (0.94, "fp8"), 20.0, extra={"goodput_rps_per_gpu": 26.6})
+    _add(study, (0.91, "fp8"), 20.0, extra={"goodput_rps_per_gpu": 12.0})
+    configs = summarize(records(study.trials), space).configs
+    rank = Ranking.for_space(space)
+    by_cost = sorted(configs, key=rank.cost)
+    assert [c.interval("goodput_rps_per_gpu").mean for c in by_cost] == pytest.approx([26.9, 26.6, 12.0, 2.9])
+    assert choose(configs, 1.0, 0.0, rank=rank).trial.number == best
+    assert [c.first.number for c in finalists(configs, 2, rank=rank)] == [best, best + 1]
+    # the interval itself is unchanged: the single runs' lower ends are far below zero
+    assert all(c.interval("goodput_rps_per_gpu").low < 0 for c in configs)
+
+
 def test_finalists_are_the_rules_picks_in_order_and_include_one_with_margin():
     study = _study()
     e1 = _add(study, EDGE, 28.0)
@@ -172,6 +198,6 @@ def test_a_goodput_study_exports_the_highest_goodput_not_the_lowest_latency():
     busy = _add(study, (0.94, "fp8"), 40.0, extra={"goodput_rps_per_gpu": 5.0})
     choice = choose_for_export(study, space, 1.0)
     assert choice is not None and choice.trial.number == busy
-    assert choice.rule.startswith("highest goodput_rps_per_gpu lower bound")
+    assert choice.rule.startswith("highest goodput_rps_per_gpu pessimistic end")
     # The same trials in the flagship space (objectives OOMs, p99): the lowest p99.
     assert choose_for_export(study, SPACE, 1.0).trial.number == fast

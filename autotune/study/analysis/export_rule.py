@@ -12,10 +12,10 @@
    winner's curse), which no interval of one run accounts for.
    Rank: among them, by the space's first objective other than OOMs (:class:`Ranking`;
    p99_e2e_s when there is none), at the pessimistic end of its 95 % interval: the lowest
-   upper end for a latency, the highest lower end for goodput or throughput (with the pooled
-   run-to-run spread, so among configs run equally often this is the best mean, and a
-   config run fewer times pays for its wider interval). With no config measured twice there
-   is no interval; the measured value ranks.
+   upper end for a latency, for goodput or throughput the mean divided by (1 + the interval's
+   relative half-width) (with the pooled run-to-run spread, so among configs run equally
+   often this is the best mean, and a config run fewer times pays for its wider interval).
+   With no config measured twice there is no interval; the measured value ranks.
 4. Margin: a config whose memory headroom per GPU is below ``export.min_headroom_gib`` is
    passed over while a config with that margin has a mean within the interval of the best
    one.
@@ -73,10 +73,23 @@ class Ranking:
         return cls()
 
     def cost(self, c: ConfigEvidence) -> float:
-        """The pessimistic end of the metric's 95 % interval, as a cost (lower is better)."""
+        """The pessimistic end of the metric's 95 % interval, as a cost (lower is better).
+
+        The interval is the mean times (1 +- r), r its relative half-width (a run-to-run
+        spread relative to the mean, pooled). A latency's pessimistic end is the mean times
+        (1 + r). A maximised metric's is the mean divided by (1 + r), not times (1 - r). Once
+        r passes 1 (one pair of runs either side of a KV cliff, 5.2 and 0.6 requests/s, gives
+        every single run r of about 14), the lower end mean x (1 - r) is below zero and falls
+        the further the higher the mean: the worst configs would rank first. The mean over
+        (1 + r) keeps the same multiplicative margin as the latency's, stays positive, and
+        ranks configs run equally often by their means, as the lower end does while r is small."""
         i = c.interval(self.metric)
-        end = i.low if self.maximize else i.high
-        return math.inf if math.isnan(end) else (-end if self.maximize else end)
+        if not self.maximize:
+            return math.inf if math.isnan(i.high) else i.high
+        if math.isnan(i.low):
+            return math.inf
+        r = (i.mean - i.low) / abs(i.mean) if i.mean else 0.0
+        return -(i.mean / (1.0 + r))
 
     def mean_within(self, c: ConfigEvidence, best: ConfigEvidence) -> bool:
         """Whether ``c``'s mean is as good as ``best``'s pessimistic end."""
@@ -85,7 +98,7 @@ class Ranking:
 
     @property
     def words(self) -> str:
-        return f"highest {self.metric} lower bound" if self.maximize else f"lowest {self.metric} upper bound"
+        return f"highest {self.metric} pessimistic end" if self.maximize else f"lowest {self.metric} upper bound"
 
 
 P99 = Ranking()
