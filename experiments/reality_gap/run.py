@@ -40,7 +40,7 @@ from autotune.study.trials import Role, enqueue_attrs
 from experiments.reality_gap import auto_tune_sh, seeds
 from experiments.reality_gap import score as S
 from experiments.reality_gap.families import DEFAULT_FAMILY, FAMILIES
-from experiments.reality_gap.strategies import CEILING, STRATEGIES, budget, sim_best_space, variant
+from experiments.reality_gap.strategies import CEILINGS, STRATEGIES, budget, sim_best_space, variant
 from experiments.reality_gap.study import WORKERS, BenchStudy, build
 from experiments.reality_gap.truth import Truth
 from experiments.scenarios import grids
@@ -141,7 +141,7 @@ def run_replay_case(scenario: str, truth_seed: int, strategy: str, *, trials: in
                           budget(strategy, case_budget)).run()
         else:
             space = variant(truth.space, "random" if strategy == "grid" else strategy)
-            if strategy == CEILING:  # every table config once in the grid's seeded order, then confirmation
+            if strategy in CEILINGS:  # every table config once in the grid's seeded order, then confirmation
                 case_budget = len(truth.table) + ceiling_confirm_runs(len(truth.table), space)
             model = replay.STRATEGY_MODES[strategy] == "model"
             if model:  # autotune's study and its model see the space the simulator models (replay.model_space)
@@ -217,7 +217,7 @@ def run_strategy(truth: Truth, strategy: str, study_seed: int, case_budget: int,
         space = sim_best_space(truth.space, truth.params(nominal.target))
         return build(space, truth.backend(), study_seed, budget(strategy, case_budget)).run()
     space = variant(truth.space, strategy)
-    if strategy == CEILING:
+    if strategy in CEILINGS:
         return grid_all(truth, space, study_seed)
     if strategy == "auto-tune-sh":
         study, pool = auto_tune_sh.run(space, truth.backend(), study_seed, WORKERS)

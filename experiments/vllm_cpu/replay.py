@@ -512,7 +512,8 @@ ABLATION_NAMES = ("autotune-nosweep", "autotune-noscreen", "autotune-nolearn", "
                   "autotune-noconfirm")
 STRATEGY_MODES = {"random": "random", "tpe": "nearest", "tpe-confirm": "nearest", "grid": "grid",
                   "autotune": "model", **{a: "model" for a in ABLATION_NAMES},
-                  "grid-all": "grid"}  # the ceiling: every table config in the grid's order, then confirmation
+                  # the ceilings: every table config in the grid's order, then confirmation
+                  "grid-all": "grid", "grid-all-race24": "grid"}
 RUNNABLE = (*STRATEGY_MODES, "sim-best")
 # The one flag of the table's space the simulator does not model: --load-format dummy initialises the same
 # weights at random (same shapes, memory and arithmetic; only the load differs, and the CPU host's startup
