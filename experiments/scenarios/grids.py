@@ -17,6 +17,7 @@ import itertools
 from typing import Any
 
 from autotune.space import SearchSpace
+from autotune.space.schema import ParamSpec
 from experiments.search.common import GRID as SEARCH_BENCHMARK_GRID
 
 B = [False, True]
@@ -109,14 +110,22 @@ def check(grid: dict[str, list[Any]], space: SearchSpace) -> None:
     if set(grid) != set(space.params):
         raise ValueError(f"grid params {sorted(grid)} != the space's {sorted(space.params)}")
     for name, values in grid.items():
-        p = space.params[name]
         for v in values:
-            if p.type == "categorical" and v not in (p.choices or []):
-                raise ValueError(f"grid: {name}={v!r} is not one of the space's choices {p.choices}")
-            if p.type in ("int", "float") and not (p.low <= v <= p.high):  # type: ignore[operator]
-                raise ValueError(f"grid: {name}={v!r} is outside the space's [{p.low}, {p.high}]")
-            if p.type == "bool" and not isinstance(v, bool):
-                raise ValueError(f"grid: {name}={v!r} is not a bool")
+            problem = value_problem(name, space.params[name], v)
+            if problem is not None:
+                raise ValueError(f"grid: {problem}")
+
+
+def value_problem(name: str, p: ParamSpec, v: Any) -> str | None:
+    """Why ``v`` is not a value the searched param ``name`` can take (None: it is)."""
+    if p.type == "categorical" and v not in (p.choices or []):
+        return f"{name}={v!r} is not one of the space's choices {p.choices}"
+    if p.type in ("int", "float") and (isinstance(v, bool) or not isinstance(v, int | float)
+                                        or not (p.low <= v <= p.high)):  # type: ignore[operator]
+        return f"{name}={v!r} is outside the space's [{p.low}, {p.high}]"
+    if p.type == "bool" and not isinstance(v, bool):
+        return f"{name}={v!r} is not a bool"
+    return None
 
 
 def configs(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:

@@ -55,6 +55,7 @@ from autotune.space import SearchSpace, load_space
 from autotune.space.schema import ParamSpec
 from autotune.study.search import Choice, WrappingSampler, as_choice
 from autotune.study.trials.params import suggest_params
+from experiments.scenarios import grids
 
 HERE = Path(__file__).resolve().parent
 SPACE = HERE / "space.yaml"
@@ -198,7 +199,7 @@ class Table:
                 params = resolve_params(space, rs[0]["flags"])
             except (TypeError, ValueError, KeyError) as e:
                 raise ValueError(f"{path}: config {name}'s flags are not the space's ({type(e).__name__}: {e})") from None
-            outside = [f"{k}={v!r}" for k, v in params.items() if not admits(space.params[k], v)]
+            outside = [f"{k}={v!r}" for k, v in params.items() if not admits(k, space.params[k], v)]
             if outside:
                 raise ValueError(f"{path}: config {name} runs {', '.join(outside)}, outside the replay's space "
                                  f"({SPACE.name}); a table must measure that space's values")
@@ -241,18 +242,11 @@ def resolve_params(space: SearchSpace, flags: Mapping[str, Any]) -> dict[str, An
     return {k: _canon(full.get(k)) for k in space.params}
 
 
-def admits(spec: ParamSpec, value: Any) -> bool:
+def admits(name: str, spec: ParamSpec, value: Any) -> bool:
     """Whether ``value`` is one the param ``spec`` can take (a conditional param may be unset)."""
     if value is None:
         return spec.when is not None
-    if spec.type == "categorical":
-        return any(_canon(c) == _canon(value) for c in spec.choices or [])
-    if spec.type == "bool":
-        return isinstance(value, bool)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    assert spec.low is not None and spec.high is not None
-    return spec.low <= value <= spec.high
+    return grids.value_problem(name, spec, value) is None
 
 
 def params_key(params: Mapping[str, Any]) -> tuple:
