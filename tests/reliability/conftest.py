@@ -179,16 +179,19 @@ def check_study(storage: str, name: str, out: Path, target: int, kept: dict[int,
     by_number = {t.number: t for t in trials}
     for t in trials:
         if "requeued_from" in t.user_attrs:
-            # What the failed trial measured or, killed before its suggestions, was enqueued to.
+            # What the failed trial measured (a launched config) or, killed before launch, what
+            # it was enqueued with: values a sampler drew for a trial killed mid-suggestion are
+            # half a sample and are drawn afresh (test_recovery pins that rule).
             orig = by_number[t.user_attrs["requeued_from"]]
-            meant = {**orig.system_attrs.get("fixed_params", {}), **orig.params}
+            launched = bool(t.user_attrs.get(RERUN_OF_LAUNCHED_ATTR))
+            assert not launched or orig.user_attrs.get("flags"), (orig.number, t.number)  # launched ones stored flags
+            meant = {**orig.system_attrs.get("fixed_params", {}), **(orig.params if launched else {})}
             # (A re-run itself killed mid-suggestion has only some params; what it was
             # enqueued with, its fixed params, is what it would have measured.)
             got = {**t.system_attrs.get("fixed_params", {}), **t.params}
             assert {k: got.get(k) for k in meant} == meant, (orig.number, t.number)
             # A re-run of a launched config is measured (never rejected by the memory model);
             # one killed before its config was let through is a fresh proposal.
-            launched = bool(t.user_attrs.get(RERUN_OF_LAUNCHED_ATTR))
             assert launched or not orig.user_attrs.get("metrics"), (orig.number, t.number)  # it was measured
             allowed = {orig.user_attrs.get("role", "search")} | (set() if launched else {"rejected"})
             assert t.user_attrs.get("role", "search") in allowed, (orig.number, t.number, t.user_attrs.get("role"))
