@@ -28,6 +28,16 @@ def seed_problem(flag: str, value: int) -> str | None:
     return f"{flag} {value}: a seed is an integer from 0 to {MAX_SEED}"
 
 
+def dev_only_problem(flag: str, value: int) -> str | None:
+    """Why a tool that looks closely at a truth (trace.py, finalist_choice.py) may not take
+    ``value``, in one line (None: a development seed): looking at an evaluation truth that
+    closely is developing on it."""
+    if value in DEV_TRUTH_SEEDS:
+        return None
+    return (f"{flag} {value}: development seeds only ({DEV_TRUTH_SEEDS[0]}-{DEV_TRUTH_SEEDS[-1]}; seeds.py); "
+            "reading an evaluation truth this closely is developing on it")
+
+
 def draw_seed(family: str, scenario: str, truth_seed: int) -> str:
     """The string a truth's random draws are seeded with (sha512 string seeding: stable
     across processes and PYTHONHASHSEED)."""

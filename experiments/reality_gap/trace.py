@@ -30,9 +30,8 @@ def sweep_decisions(sampler: Any) -> dict[int, str]:
 
 
 def trace(scenario: str, truth_seed: int, study_seed: int, strategy: str = "autotune") -> list[str]:
-    if seeds.kind(truth_seed) != "dev":
-        raise UserError(f"--truth-seed {truth_seed}: trace only development seeds "
-                        f"({seeds.DEV_TRUTH_SEEDS[0]}-{seeds.DEV_TRUTH_SEEDS[-1]}; seeds.py)")
+    if (problem := seeds.dev_only_problem("--truth-seed", truth_seed)) is not None:
+        raise UserError(problem)
     truth = Truth.load(scenario, truth_seed)
     bench = run_strategy(truth, strategy, study_seed, truth.space.study.trials)
     why = sweep_decisions(bench.study.sampler)

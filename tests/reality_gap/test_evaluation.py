@@ -53,4 +53,4 @@ def test_the_trial_by_trial_trace_refuses_evaluation_seeds(capsys):
     from experiments.reality_gap.trace import main
 
     assert main(["--scenario", "small-highconc", "--truth-seed", "1000"]) == 2
-    assert "only development seeds" in capsys.readouterr().err
+    assert "--truth-seed 1000: development seeds only" in capsys.readouterr().err
