@@ -486,6 +486,14 @@ def detach(argv: list[str]) -> None:
     print(f"measuring in the background: pid {p.pid}, log {LOG}, rows {RUNS}")
 
 
+def next_utc(hhmm: str, now: dt.datetime) -> float:
+    """The next time ``hhmm`` (UTC) comes after ``now``: 00:55 said at 22:58 is tomorrow's, not
+    today's, which had passed (a stop time past midnight stopped the table before its first run)."""
+    h, m = map(int, hhmm.split(":"))
+    at = now.replace(hour=h, minute=m, second=0, microsecond=0)
+    return (at if at > now else at + dt.timedelta(days=1)).timestamp()
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--configs", type=int, default=N_CONFIGS, help="design size (config 0: vLLM's defaults)")
@@ -510,11 +518,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps({"runs_done": runs, "configs_started": len(table),
                           "spread": spread(table, "defaults" if args.pilot else "c00")}))
         return
-    stop_at = None
-    if args.stop_at:
-        h, m = map(int, args.stop_at.split(":"))
-        now = dt.datetime.now(dt.UTC)
-        stop_at = now.replace(hour=h, minute=m, second=0, microsecond=0).timestamp()
+    stop_at = next_utc(args.stop_at, dt.datetime.now(dt.UTC)) if args.stop_at else None
     RESULTS.mkdir(parents=True, exist_ok=True)
     space = load_space(SPACE)
     if args.pilot:
