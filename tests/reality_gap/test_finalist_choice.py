@@ -34,3 +34,9 @@ def test_the_likelihood_prefers_the_true_run_spread():
     y = 0.1 * np.sin(3 * x[:, 0]) + rng.normal(0.0, 0.12, 60)
     fits = {sd: F.log_likelihood(F.ResidualGP.fit(x, y, [1.0] * 60, sd)) for sd in F.RUN_SDS}
     assert max(fits, key=fits.get) in (0.08, 0.12, 0.16)
+
+
+def test_the_union_keeps_the_rules_best_and_adds_the_models_first_other_pick():
+    a, b, c, d = (object() for _ in range(4))
+    assert F.union([a, b, c], [b, d, a], 3) == [a, b, d]  # b is the rule's already: the model's next, d
+    assert F.union([a], [a], 3) == [a]  # nothing else to add: no padding
