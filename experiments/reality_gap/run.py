@@ -4,8 +4,8 @@
         [--study-seed M] [--truth-family F] --json
 
 NAME is a space in search_spaces/ (its file stem) with a grid in experiments/scenarios/grids.py,
-``vllm-cpu`` (or ``vllm-cpu-pilot``, or a runs file ``*.jsonl`` in experiments/vllm_cpu's format: real
-measurements, below), or PATH a search-space file (its grid derived from the space: each param's ``grid_points``
+``vllm-cpu`` (or ``vllm-cpu-quiet``, its server starts made on a quiet machine, or ``vllm-cpu-pilot``, or a
+runs file ``*.jsonl`` in experiments/vllm_cpu's format: real measurements, below), or PATH a search-space file (its grid derived from the space: each param's ``grid_points``
 values); S is random, tpe, grid, tpe-confirm, sim-best, auto-tune-sh, autotune or an
 ablation of autotune (strategies.py). The truth is drawn by its family (families.py:
 ``structural`` by default, ``constants`` for issue 12's) from seed N, noise on; only the

@@ -327,7 +327,9 @@ def argument_problem(args: argparse.Namespace) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--table", type=Path, help="a runs file (default: results/runs.jsonl, else the pilot)")
+    ap.add_argument("--table", type=Path, help="a runs file (default: the --scenario's)")
+    ap.add_argument("--scenario", default="vllm-cpu", choices=sorted(replay.SCENARIOS),
+                    help="vllm-cpu: results/runs.jsonl (else the pilot); vllm-cpu-quiet: its quiet machine's starts")
     ap.add_argument("--calibration-configs", type=int, default=MAX_CALIBRATION, help="at most 5")
     ap.add_argument("--seed", type=int, default=0, help="seeds the draw of calibration configs")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
@@ -342,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
-        table = replay.Table.load(args.table, min_runs=args.min_runs) if args.table else replay.table_for("vllm-cpu", args.min_runs)
+        table = replay.Table.load(args.table, min_runs=args.min_runs) if args.table else replay.table_for(args.scenario, args.min_runs)
         cal_table = replay.Table.load(args.calibration_table) if args.calibration_table else None
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -41,6 +41,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Collection
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -64,9 +65,15 @@ def seeds(spec: str) -> list[int]:
     return out
 
 
-def snapshot(src: Path, dst_dir: Path) -> Path:
+def snapshot(src: Path, dst_dir: Path, starts: Collection[int] | None = None) -> Path:
+    """A copy of the runs file as it is now (the measuring process keeps appending to it); with ``starts``,
+    only the runs of those server starts (a scenario's rounds, ``replay.SCENARIO_STARTS``)."""
     dst = dst_dir / "runs_snapshot.jsonl"
-    shutil.copyfile(src, dst)
+    if starts is None:
+        shutil.copyfile(src, dst)
+    else:
+        kept = [r for r in replay.read_rows(src) if isinstance(r, dict) and r.get("start") in starts]
+        dst.write_text("".join(json.dumps(r) + "\n" for r in kept))
     return dst
 
 
@@ -177,12 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=TRIALS, help="trial budget per case")
     ap.add_argument("--min-runs", type=int, default=MIN_RUNS, help="starts a table config needs")
     ap.add_argument("--strategies", nargs="+", default=list(STRATEGIES))
-    ap.add_argument("--table", type=Path, default=replay.RUNS)
+    ap.add_argument("--table", type=Path, default=None, help="a runs file (default: the --scenario's)")
+    ap.add_argument("--scenario", default="vllm-cpu", choices=sorted(replay.SCENARIOS),
+                    help="the table's rows: vllm-cpu (every start), vllm-cpu-quiet (the quiet machine's starts)")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--no-grid-full", action="store_true", help="skip the grid with the whole table as budget")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        snap = snapshot(args.table, Path(tmp))
+        snap = snapshot(args.table or replay.SCENARIOS[args.scenario], Path(tmp),
+                        replay.SCENARIO_STARTS.get(args.scenario))
         try:
             table = replay.Table.load(snap, min_runs=args.min_runs)
             truth = replay.ReplayTruth(str(snap), 0, table)

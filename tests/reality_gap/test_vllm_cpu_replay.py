@@ -317,3 +317,22 @@ def test_the_run_spread_shows_a_speed_factor_shared_by_a_runs_timings():
     assert d["startup_s"]["log_sd"] == pytest.approx(d["p99_e2e_s"]["log_sd"])
     assert d["p99_over_startup"]["log_sd"] == pytest.approx(0.0, abs=1e-12)
     assert d["p99_residual_correlation"]["startup_s"] == pytest.approx(1.0)
+
+
+def test_a_scenario_of_chosen_starts_keeps_only_their_runs(table_path, monkeypatch):
+    """vllm-cpu-quiet is the table's runs of the quiet machine's starts only: the truth, the draws and the
+    table's size come from those runs (here SYNTHETIC starts 1 and 2 of the synthetic table)."""
+    t = replay.Table.load(table_path, min_runs=2, starts=(1, 2))
+    assert all({r["start"] for r in c.runs} == {1, 2} for c in t.configs.values())
+    assert "s-tworuns" not in {c.name for c in t.configs.values()}  # it has start 1 only of those
+    monkeypatch.setitem(replay.SCENARIOS, "vllm-cpu-quiet", table_path)
+    monkeypatch.setitem(replay.SCENARIO_STARTS, "vllm-cpu-quiet", (1, 2))
+    truth = replay.ReplayTruth.load("vllm-cpu-quiet", 0, min_runs=2)
+    assert truth.best["config"] == "s-bigkv"
+    assert truth.best["p99_e2e_s"] == pytest.approx(13.0 + (0.1 + 0.4) / 2 + 0.001)  # the mean of starts 1 and 2
+    assert truth.describe()["table_starts"] == [1, 2]
+    drawn = {truth.backend().draw(truth.table.by_name("s-fp8"))[0]["start"] for _ in range(6)}
+    assert drawn <= {1, 2}
+    # Three starts among two rounds cannot be had: refused in one line, no pilot put in its place.
+    with pytest.raises(ValueError, match="among starts"):
+        replay.table_for("vllm-cpu-quiet")

@@ -106,3 +106,14 @@ def test_the_search_script_writes_its_cases_and_table(table_path, tmp_path, caps
     assert all("error" not in r and r["table_snapshot"]["table_configs"] == 5 for r in rows)
     printed = capsys.readouterr().out
     assert "| autotune | 2 |" in printed and "goal (issue 19)" in printed and "not GPU" in printed
+
+
+def test_the_search_script_replays_a_scenarios_starts_only(table_path, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(replay.SCENARIOS, "vllm-cpu-quiet", table_path)
+    monkeypatch.setitem(replay.SCENARIO_STARTS, "vllm-cpu-quiet", (1, 2))
+    out = tmp_path / "search.jsonl"
+    rc = search.main(["--seeds", "0", "--trials", "4", "--min-runs", "2", "--scenario", "vllm-cpu-quiet", "--out",
+                      str(out), "--strategies", "random", "--no-grid-full"])
+    assert rc == 0
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["table_starts"] == [1, 2] and row["table_runs"] == 10  # 5 configs x starts 1 and 2
