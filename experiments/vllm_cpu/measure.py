@@ -35,6 +35,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -422,10 +423,12 @@ def measure(out: Path, configs: list[tuple[str, dict[str, Any]]], starts: int, m
               f"preempt {row['preemptions']} wall {row['wall_s']} s load {row['loadavg_before'][0]}", flush=True)
 
 
-def summary(path: Path, key: str | None = None) -> list[dict[str, Any]]:
-    """Per config (rows of landscape ``key`` only, when given): runs, mean and CV of p99 over the runs
-    that served, failure classes, seconds per run. Sorted by mean p99, failed configs last."""
-    rows = [r for r in read_rows(path) if key is None or r.get("landscape") == key]
+def summary(path: Path, key: str | None = None, starts: Collection[int] | None = None) -> list[dict[str, Any]]:
+    """Per config (rows of landscape ``key`` only, when given; of the server starts ``starts`` only, when
+    given): runs, mean and CV of p99 over the runs that served, failure classes, seconds per run. Sorted by
+    mean p99, failed configs last."""
+    rows = [r for r in read_rows(path) if (key is None or r.get("landscape") == key)
+            and (starts is None or r.get("start") in starts)]
     by: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by.setdefault(r["config"], []).append(r)
@@ -503,6 +506,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-runs", type=int, default=None)
     ap.add_argument("--stop-at", default=None, help="UTC time HH:MM after which no new run starts")
     ap.add_argument("--summary", action="store_true")
+    ap.add_argument("--scenario", default=None, choices=("vllm-cpu", "vllm-cpu-quiet"),
+                    help="with --summary: only that replay scenario's starts (default: every start)")
     ap.add_argument("--detach", action="store_true")
     args = ap.parse_args(argv)
     raw = list(sys.argv[1:] if argv is None else argv)
@@ -511,7 +516,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     out = PILOT if args.pilot else RUNS
     if args.summary:
-        table = summary(out, current_key())
+        from experiments.vllm_cpu.replay import SCENARIO_STARTS
+
+        table = summary(out, current_key(), SCENARIO_STARTS.get(args.scenario or ""))
         for r in table:
             print(json.dumps(r))
         runs = sum(r["runs"] for r in table)

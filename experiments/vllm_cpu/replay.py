@@ -493,12 +493,14 @@ class TableSampler(WrappingSampler):
 # -- the reality-gap scenario ------------------------------------------------------------------
 
 SCENARIOS = {"vllm-cpu": RUNS, "vllm-cpu-pilot": PILOT, "vllm-cpu-quiet": RUNS}
-# vllm-cpu-quiet: the full table's server starts made on a quiet machine. Starts 0-2 ran while other agents'
-# test suites shared the 2 cores, and in round 2 the VM's host slowed whole runs about 2x (experiments/vllm_cpu/
-# README.md, "Speed, not structure"); start 3 ran the next morning on a quiet machine, and starts 4 and 5 on
-# 2026-12-04 with no other agent on it. Chosen by when and how each round ran, declared before the quiet
-# rounds' results were read against any model or search: never by a run's own value.
-SCENARIO_STARTS: dict[str, tuple[int, ...]] = {"vllm-cpu-quiet": (3, 4, 5)}
+# The server starts (rounds) of results/runs.jsonl each scenario replays. vllm-cpu: the four rounds measured
+# 2026-12-02/03, the table every committed vllm-cpu figure was computed on. vllm-cpu-quiet: the starts made on a
+# quiet machine. Starts 0-2 ran while other agents' test suites shared the 2 cores, and in round 2 the VM's
+# host slowed whole runs about 2x (experiments/vllm_cpu/README.md, "Speed, not structure"); start 3 ran the next
+# morning on a quiet machine, and starts 4 and 5 on 2026-12-04 with no other agent on it. Chosen by when and how
+# each round ran, declared before the quiet rounds' results were read against any model or search: never by a
+# run's own value.
+SCENARIO_STARTS: dict[str, tuple[int, ...]] = {"vllm-cpu": (0, 1, 2, 3), "vllm-cpu-quiet": (3, 4, 5)}
 FAMILY = "measured-vllm-cpu"  # the JSON's truth_family: measured, not a simulator family
 OOM_LIMIT = 1.0  # per 1000 requests, the export rule's (experiments/reality_gap/truth.py)
 WITHIN = 0.02
@@ -531,33 +533,32 @@ def is_replay(scenario: str) -> bool:
 
 
 def table_for(scenario: str, min_runs: int | None = None) -> Table:
-    """The scenario's table: ``vllm-cpu`` is results/runs.jsonl (the full table) once it holds at least two
-    configs with all their starts, else the pilot (results/pilot.jsonl), which the JSON then names; a
-    ``*.jsonl`` path is that file. ``min_runs``: the starts a config needs to be in the table (default
-    :data:`MIN_RUNS`; 1 admits the full table's configs measured once while its later rounds run)."""
+    """The scenario's table: ``vllm-cpu`` is results/runs.jsonl's first four rounds (the full table as
+    measured 2026-12-02/03) once it holds at least two configs with all their starts, else the pilot
+    (results/pilot.jsonl), which the JSON then names; ``vllm-cpu-quiet`` is the same file's quiet-machine
+    rounds (:data:`SCENARIO_STARTS`); a ``*.jsonl`` path is that file, every start. ``min_runs``: the starts
+    a config needs to be in the table (default :data:`MIN_RUNS`; 1 admits the full table's configs measured
+    once while its later rounds run)."""
     n = MIN_RUNS if min_runs is None else min_runs
     if scenario not in SCENARIOS:
         return Table.load(Path(scenario), min_runs=n)
-    path = SCENARIOS[scenario]
-    if scenario in SCENARIO_STARTS:
-        t = Table.load(path, min_runs=n, starts=SCENARIO_STARTS[scenario])
-        if len(t) < 2:
-            raise ValueError(f"fewer than 2 configs of {path.name} have {n} recorded starts among starts "
-                             f"{SCENARIO_STARTS[scenario]} ({scenario}); lower --min-runs, or measure them "
-                             "(experiments/vllm_cpu/measure.py --starts 6)")
-        return t
-    if scenario == "vllm-cpu":
-        try:
-            t = Table.load(path, min_runs=n)
-            if len(t) >= 2:
-                return t
-        except (OSError, ValueError):
-            pass
-        if min_runs is not None:  # asked for: the pilot (measured with its own starts) would not be what was asked
-            raise ValueError(f"fewer than 2 configs of {path.name} have {n} recorded starts; "
-                             f"lower --min-runs (the table's configs have {max_starts(path)} at most)")
-        path = PILOT
-    return Table.load(path)
+    path, starts = SCENARIOS[scenario], SCENARIO_STARTS.get(scenario)
+    if scenario == "vllm-cpu-pilot":
+        return Table.load(path)
+    try:
+        t = Table.load(path, min_runs=n, starts=starts)
+        if len(t) >= 2:
+            return t
+    except (OSError, ValueError):
+        if scenario != "vllm-cpu":
+            raise
+    # vllm-cpu falls back to the pilot while the full table is measured, never for an explicit --min-runs:
+    # the pilot, measured with its own starts, would not be what was asked.
+    if scenario != "vllm-cpu" or min_runs is not None:
+        raise ValueError(f"fewer than 2 configs of {path.name} have {n} recorded starts among starts {starts} "
+                         f"({scenario}); lower --min-runs (the table's configs have {max_starts(path)} at most), "
+                         "or measure them (experiments/vllm_cpu/measure.py)")
+    return Table.load(PILOT)
 
 
 def max_starts(path: Path) -> int:

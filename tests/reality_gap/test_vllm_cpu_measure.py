@@ -1,6 +1,7 @@
 """The table's measuring command (experiments/vllm_cpu/measure.py): its stop time."""
 
 import datetime as dt
+import json
 
 from experiments.vllm_cpu.measure import next_utc
 
@@ -20,3 +21,15 @@ def test_a_stop_time_past_midnight_is_tomorrow_not_the_past():
 
 def test_the_current_minute_is_tomorrow():
     assert next_utc("22:58", at(22, 58)) == dt.datetime(2026, 12, 5, 22, 58, tzinfo=dt.UTC).timestamp()
+
+
+def test_the_summary_of_a_scenario_reads_its_starts_only(tmp_path):
+    from experiments.vllm_cpu.measure import summary
+    from tests.reality_gap.test_vllm_cpu_replay import synthetic_row
+
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps({**synthetic_row("s-bigkv", s), "wall_s": 60.0}) + "\n" for s in range(5)))
+    (every,) = summary(path)
+    (late,) = summary(path, starts=(3, 4))
+    assert every["runs"] == 5 and late["runs"] == 2
+    assert late["p99_mean_s"] == round(13.001 + (0.9 + 1.6) / 2, 3)  # SYNTHETIC: base + start² / 10
