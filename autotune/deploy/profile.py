@@ -84,6 +84,13 @@ class SimProfile:
     api_jitter_sigma: float = _c(0.5, 0.3, 0.8, "log-normal jitter of the API-server delay")
     run_speed_sigma: float = _c(0.03, 0.01, 0.08, "log-normal speed factor drawn per server start")
     startup_sigma: float = _c(0.10, 0.05, 0.20, "log-normal startup-time factor drawn per server start")
+    # A CPU host's only (0 elsewhere; not in constants(), so never drawn for a truth, and left out of
+    # to_dict at 0): every GPU profile, prediction and truth is unchanged by it.
+    kv_fp8_dequant_ns: float = field(default=0.0, metadata={
+        "device": "cpu", "doc": "per fp8 KV element dequantised to bf16 by a prefill query tile, on a host "
+                                "without FP8 matrix units"})
+    kv_fp8_quant_ns: float = field(default=0.0, metadata={
+        "device": "cpu", "doc": "per KV element quantised to fp8 as it is written to the cache"})
     noise: bool = True
 
     # --- draws and files -------------------------------------------------------------------
@@ -107,7 +114,8 @@ class SimProfile:
         return replace(self, noise=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if not ("device" in f.metadata and getattr(self, f.name) == f.default)}
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "profile") -> SimProfile:
@@ -195,6 +203,13 @@ CPU_HOST: dict[str, tuple[float, float, float, str]] = {
     "compile_s": (60.0, 15.0, 300.0, "inductor compile (DYNAMO_TRACE_ONCE) without enforce_eager"),
     "run_speed_sigma": (0.15, 0.05, 0.4, "log-normal speed factor per server start (a shared core)"),
     "startup_sigma": (0.25, 0.1, 0.5, "log-normal startup-time factor per server start (a shared core)"),
+    # Measured on vLLM's own kernel, not fitted (experiments/vllm_cpu/fp8_kernel.py: 0.03-0.06 ns over six
+    # prefill shapes on this Xeon's AMX; docs/simulator.md, "CPU host").
+    "kv_fp8_dequant_ns": (0.05, 0.02, 0.2, "per fp8 KV element a prefill query tile dequantises to bf16 "
+                          "(TileGemm224<BFloat16, fp8>, csrc/cpu/cpu_attn_amx.hpp)"),
+    # Measured likewise (2.8 ns at 256 and 1024 tokens: a scalar quantise per element, 13x the bf16 copy).
+    "kv_fp8_quant_ns": (2.8, 1.0, 10.0, "per KV element quantised to fp8 as it is written "
+                        "(float_to_fp8e4m3_scalar in reshape_and_cache_fp8_amx_impl, csrc/cpu/cpu_attn_fp8.hpp)"),
 }
 _cpu_values: dict[str, Any] = {k: v[0] for k, v in CPU_HOST.items()}
 CPU_NOMINAL = replace(NOMINAL, **_cpu_values)

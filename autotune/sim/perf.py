@@ -21,6 +21,7 @@ from autotune.deploy.memory import capture_sizes
 from autotune.sim.quirks import NONE, Quirks
 
 EAGER_KERNELS_PER_LAYER = 14  # norms, qkv, rope, attention, o, 2 all-reduces, gate_up, act, down, adds
+DEQUANT_TILE_ROWS = 32  # query rows (tokens x query heads per KV head) of one CPU attention tile
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,11 @@ class PerfModel:
         self.piecewise_frac = p.piecewise_launch_frac
         self.cpu_step_s = p.cpu_step_us * 1e-6
         self.cpu_seq_s = p.cpu_seq_us * 1e-6
+        # A CPU host's fp8 KV: each prefill query tile dequantises the context it attends to (module doc).
+        elements = dep.kv_bytes_per_token / dep.kv_dtype_bytes
+        self.kv_dequant_s = elements * p.kv_fp8_dequant_ns * 1e-9 if self.fp8_kv_slow else 0.0
+        self.kv_quant_s = elements * p.kv_fp8_quant_ns * 1e-9 if self.fp8_kv_slow else 0.0  # per token written
+        self.tile_tokens = DEQUANT_TILE_ROWS * a.num_kv_heads / a.num_heads  # query tokens per tile
 
     def all_reduce_s(self, tokens: int) -> float:
         if self.tp == 1:
@@ -98,7 +104,21 @@ class PerfModel:
             attn *= q.attention_scale(kv_read_tokens / max(seqs, 1), self.fp8_kv_slow)
             kv_read *= q.kv_read_scale(self.fp8_kv_slow)
         byts = self.weight_bytes + kv_read + self.kv_tok * tokens
-        return StepCost(flops_gemm + attn, byts, self.fixed_s(tokens, seqs, decode_only))
+        return StepCost(flops_gemm + attn, byts, self.fixed_s(tokens, seqs, decode_only) + self.kv_quant_s * tokens
+                        + self.dequant_s(attn_work, kv_read_tokens))
+
+    def dequant_s(self, attn_work: float, kv_read_tokens: int) -> float:
+        """Time a CPU host spends dequantising an fp8 KV cache for a step's attention (0 elsewhere; the
+        quantisation of what a step writes, ``kv_quant_s`` per token, is charged beside it).
+        vLLM's CPU attention (TileGemm224<BFloat16, fp8>) dequantises every K and V tile it reads into a
+        bf16 scratch tile, once per tile of query rows: a prefill chunk of n tokens after c reads about
+        n (c + n / 2) / tile_tokens cache tokens, so the cost grows with new tokens x context. A decode
+        step's single tile per sequence is left out: there fp8's halved KV bytes win (measured 0.8x of
+        bf16's time, experiments/vllm_cpu/fp8_kernel.py), which the bytes term already gives it."""
+        if not self.kv_dequant_s:
+            return 0.0
+        prefill_work = max(attn_work - kv_read_tokens, 0.0)  # attention beyond one read of each context
+        return self.kv_dequant_s * prefill_work / self.tile_tokens
 
     def decode_growth(self, seqs: int, kv_read_tokens: int) -> tuple[float, float]:
         """(FLOPs, bytes) a decode step of ``seqs`` sequences gains per step as each reads one

@@ -191,3 +191,41 @@ def test_fidelity_on_the_committed_pilot_gives_figures(capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["missing"] is None and "not GPU" in d["note"]
     assert 0 <= d["p99_median_abs_err"] < 0.5 and 0 <= d["tpot_median_abs_err"] < 0.5
+
+
+def _step_s(model, flags, profile, new, context, decode=False):
+    """One step's fixed time (the serial part outside the roofline) for one sequence of ``new`` tokens after
+    ``context`` (``decode``: 16 sequences of one token)."""
+    from autotune.sim.perf import PerfModel
+
+    perf = PerfModel(resolve_deployment(model, "cpu", {"kv_cache_memory_bytes": KV_4000, **flags}), profile)
+    if decode:
+        return perf.cost(16, 16, 16 * (context + 1), 16 * context, True).fixed_s
+    return perf.cost(new, 1, new * (context + (new + 1) / 2), context, False).fixed_s
+
+
+def test_fp8_kv_on_the_cpu_host_costs_its_measured_quantise_and_per_tile_dequantise(toy_model):
+    """vLLM's CPU kernels (experiments/vllm_cpu/fp8_kernel.py): writing fp8 KV quantises every element; a
+    prefill's attention dequantises its context once per tile of 32 query rows (8 tokens of the toy model:
+    4 query heads a KV head), so the excess grows with new tokens x context; decode pays no dequantisation."""
+    fp8 = {"kv_cache_dtype": "fp8"}
+    p = CPU_NOMINAL.without_noise()
+    per_token = 2 * 4 * 64 * 8  # K and V elements of one token, all 8 layers
+    extra = {(n, c): _step_s(toy_model, fp8, p, n, c) - _step_s(toy_model, {}, p, n, c)
+             for n, c in ((256, 0), (256, 1024))}
+    quant = 256 * per_token * CPU_NOMINAL.kv_fp8_quant_ns * 1e-9
+    tiles = lambda c: (256 * (c + 257 / 2) - c) / 8  # noqa: E731 - cache tokens dequantised
+    assert extra[(256, 0)] == pytest.approx(quant + tiles(0) * per_token * CPU_NOMINAL.kv_fp8_dequant_ns * 1e-9)
+    assert extra[(256, 1024)] - extra[(256, 0)] == pytest.approx(
+        (tiles(1024) - tiles(0)) * per_token * CPU_NOMINAL.kv_fp8_dequant_ns * 1e-9)
+    decode = _step_s(toy_model, fp8, p, 1, 512, decode=True) - _step_s(toy_model, {}, p, 1, 512, decode=True)
+    assert decode == pytest.approx(16 * per_token * CPU_NOMINAL.kv_fp8_quant_ns * 1e-9, rel=0.05)
+
+
+def test_the_fp8_kernel_constants_leave_every_gpu_profile_alone():
+    """0 on a GPU (its fp8 truths have their own mechanism, autotune/sim/quirks.py), never drawn for a truth,
+    and not written into a GPU profile file."""
+    assert NOMINAL.kv_fp8_dequant_ns == 0.0 and NOMINAL.kv_fp8_quant_ns == 0.0
+    assert "kv_fp8_quant_ns" not in NOMINAL.to_dict() and "kv_fp8_quant_ns" not in NOMINAL.perturbed(3).to_dict()
+    assert CPU_NOMINAL.to_dict()["kv_fp8_quant_ns"] == CPU_HOST["kv_fp8_quant_ns"][0]
+    assert type(CPU_NOMINAL).from_dict(CPU_NOMINAL.to_dict()) == CPU_NOMINAL
