@@ -434,11 +434,13 @@ def summary(path: Path, key: str | None = None, starts: Collection[int] | None =
         by.setdefault(r["config"], []).append(r)
     out = []
     for name, rs in by.items():
-        p99 = [r["p99_e2e_s"] for r in rs if r.get("p99_e2e_s") is not None and r["failure_class"] == "none"]
+        served = [r for r in rs if r.get("p99_e2e_s") is not None and r["failure_class"] == "none"]
+        p99 = [r["p99_e2e_s"] for r in served]
         mean = float(np.mean(p99)) if p99 else math.nan
         cv = float(np.std(p99, ddof=1) / mean) if len(p99) > 1 else math.nan
         out.append({"config": name, "runs": len(rs), "ok_runs": len(p99), "p99_mean_s": round(mean, 3),
                     "p99_cv": round(cv, 4), "p99_runs_s": [round(x, 3) for x in p99],
+                    "p99_starts": [r["start"] for r in served],
                     "failure": sorted({r["failure_class"] for r in rs}),
                     "preemptions": [r.get("preemptions") for r in rs],
                     "prefix_hit": [r.get("prefix_cache_hit_rate") for r in rs],
@@ -464,6 +466,18 @@ def spread(table: list[dict[str, Any]], defaults: str) -> dict[str, Any]:
             "cv_median": round(float(np.median(cvs)), 4) if cvs else None,
             "cv_max": round(max(cvs), 4) if cvs else None,
             "defaults_worse_welch_p": _defaults_worse_p(d, best)}
+
+
+def speed_by_start(table: list[dict[str, Any]]) -> dict[int, float]:
+    """Per server start (round): the median over configs of that start's p99 over the config's mean p99.
+    A round that ran on a slower or busier machine stands above 1 in every config alike (the engine's work
+    is the same in every start): the machine's speed, per round, beside the run-to-run noise."""
+    ratios: dict[int, list[float]] = {}
+    for r in table:
+        if len(r["p99_runs_s"]) > 1:
+            for start, v in zip(r["p99_starts"], r["p99_runs_s"], strict=True):
+                ratios.setdefault(start, []).append(v / r["p99_mean_s"])
+    return {s: round(float(np.median(v)), 3) for s, v in sorted(ratios.items())}
 
 
 def _defaults_worse_p(defaults: dict[str, Any], best: dict[str, Any]) -> float | None:
@@ -523,7 +537,8 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps(r))
         runs = sum(r["runs"] for r in table)
         print(json.dumps({"runs_done": runs, "configs_started": len(table),
-                          "spread": spread(table, "defaults" if args.pilot else "c00")}))
+                          "spread": spread(table, "defaults" if args.pilot else "c00"),
+                          "speed_by_start": speed_by_start(table)}))
         return
     stop_at = next_utc(args.stop_at, dt.datetime.now(dt.UTC)) if args.stop_at else None
     RESULTS.mkdir(parents=True, exist_ok=True)

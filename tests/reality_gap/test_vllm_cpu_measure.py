@@ -33,3 +33,13 @@ def test_the_summary_of_a_scenario_reads_its_starts_only(tmp_path):
     (late,) = summary(path, starts=(3, 4))
     assert every["runs"] == 5 and late["runs"] == 2
     assert late["p99_mean_s"] == round(13.001 + (0.9 + 1.6) / 2, 3)  # SYNTHETIC: base + start² / 10
+
+
+def test_the_speed_of_each_start_is_its_p99_over_the_configs_mean():
+    from experiments.vllm_cpu.measure import speed_by_start
+
+    # SYNTHETIC: start 1 ran 1.5x slower than start 0 in both configs; a config measured once says nothing.
+    table = [{"p99_runs_s": [10.0, 15.0], "p99_starts": [0, 1], "p99_mean_s": 12.5},
+             {"p99_runs_s": [4.0, 6.0], "p99_starts": [0, 1], "p99_mean_s": 5.0},
+             {"p99_runs_s": [99.0], "p99_starts": [2], "p99_mean_s": 99.0}]
+    assert speed_by_start(table) == {0: 0.8, 1: 1.2}
