@@ -336,3 +336,11 @@ def test_a_scenario_of_chosen_starts_keeps_only_their_runs(table_path, monkeypat
     # Three starts among two rounds cannot be had: refused in one line, no pilot put in its place.
     with pytest.raises(ValueError, match="among starts"):
         replay.table_for("vllm-cpu-quiet")
+
+
+def test_the_committed_tables_scenarios_replay_their_declared_starts():
+    """The committed table (real CPU measurements): vllm-cpu is its starts 0-3 and vllm-cpu-quiet its starts 3-5,
+    every config with all of them; a round measured later changes neither."""
+    for scenario, starts in (("vllm-cpu", {0, 1, 2, 3}), ("vllm-cpu-quiet", {3, 4, 5})):
+        t = replay.table_for(scenario)
+        assert len(t) == 48 and all({r["start"] for r in c.runs} == starts for c in t.configs.values()), scenario
