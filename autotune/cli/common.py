@@ -10,7 +10,13 @@ import optuna
 from autotune.errors import UserError
 from autotune.rundir import RunDir
 from autotune.space.loader import read_yaml
-from autotune.study.storages import check_sqlite_file, expand_url, sqlite_path, storage_from_url
+from autotune.study.storages import (
+    check_sqlite_file,
+    connect_for_reading,
+    expand_url,
+    sqlite_path,
+    storage_from_url,
+)
 
 
 def find_run_dir(out: Path | None) -> RunDir:
@@ -43,7 +49,7 @@ def sqlite_study_ready(db: Path) -> bool:
     if not db.exists():
         return False
     try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        con = connect_for_reading(db)
         try:
             return con.execute("SELECT count(*) FROM alembic_version").fetchone()[0] > 0 and bool(
                 con.execute("SELECT count(*) FROM studies").fetchone()[0])

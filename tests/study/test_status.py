@@ -49,3 +49,33 @@ def test_status_table_numbers_are_for_people(tmp_path, capsys):
     assert code == 0, err
     assert "gpu_memory_utilization=0.92," in out and "max_num_batched_tokens=8192" in out
     assert "0.9199999" not in out and "27.12" in out and "27.123456789" not in out
+
+
+def test_status_reads_a_study_whose_driver_was_killed_mid_write(tmp_path, capsys):
+    """A driver SIGKILLed inside a write transaction leaves a hot rollback journal. A read-only
+    look cannot roll it back (SQLITE_READONLY_ROLLBACK) and status used to answer "holds no
+    study yet, try again in a moment" forever; SQLite's recovery rolls the write back instead."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    rd = _run_dir(tmp_path)
+    db = rd.root / "optuna.db"
+    writer = ("import sqlite3, sys, time\n"
+              "con = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+              "con.execute('BEGIN IMMEDIATE')\n"
+              "con.execute('CREATE TABLE filler (x BLOB)')\n"
+              "for _ in range(5000): con.execute('INSERT INTO filler VALUES (?)', (b'x' * 1000,))\n"
+              "con.execute('DELETE FROM studies')\n"
+              "print('in the write', flush=True)\n"
+              "time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", writer, str(db)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "in the write"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert (rd.root / "optuna.db-journal").exists()  # the fault under test happened
+
+    code, out, err = run_cli(["status", "--out", str(rd.root), "--json"], capsys)
+    assert code == 0, err
+    assert [t["number"] for t in json.loads(out)["trials"]] == [0]  # the killed write rolled back, nothing lost

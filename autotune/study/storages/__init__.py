@@ -19,6 +19,7 @@ from autotune.study.storages.storage import (
     RetryingRDBStorage,
     check_sqlite_file,
     check_url,
+    connect_for_reading,
     expand_url,
     is_transient,
     sqlite_path,
@@ -26,4 +27,4 @@ from autotune.study.storages.storage import (
     with_retries,
 )
 
-__all__ = ["Coordinator", "DRIVER_ATTR", "DriverId", "RERUN_OF_LAUNCHED_ATTR", "RetryingRDBStorage", "beat", "check_sqlite_file", "check_url", "expand_url", "fail_and_requeue", "is_transient", "owner_of", "recover_orphans", "sqlite_path", "storage_from_url", "with_retries"]
+__all__ = ["Coordinator", "DRIVER_ATTR", "DriverId", "RERUN_OF_LAUNCHED_ATTR", "RetryingRDBStorage", "beat", "check_sqlite_file", "check_url", "connect_for_reading", "expand_url", "fail_and_requeue", "is_transient", "owner_of", "recover_orphans", "sqlite_path", "storage_from_url", "with_retries"]

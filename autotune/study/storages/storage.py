@@ -179,6 +179,25 @@ def sqlite_path(url: str) -> Path | None:
     return Path(url.removeprefix("sqlite:///").split("?", 1)[0])
 
 
+def connect_for_reading(db: Path) -> sqlite3.Connection:
+    """A connection that reads ``db`` without creating it or its schema.
+
+    Read-only first. A driver killed mid-write leaves a hot rollback journal that a read-only
+    connection cannot roll back (SQLITE_READONLY_ROLLBACK), and would call a crashed study
+    "not created yet"; SQLite's own recovery then needs a read-write connection, which rolls
+    the journal back on its first read (a journal is only hot when no live process holds it).
+    """
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    try:
+        con.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        return con
+    except sqlite3.OperationalError as e:
+        con.close()
+        if getattr(e, "sqlite_errorname", "") != "SQLITE_READONLY_ROLLBACK":
+            raise
+    return sqlite3.connect(f"file:{db}?mode=rw", uri=True, timeout=5)
+
+
 def check_sqlite_file(db: Path) -> None:
     """Refuse, with one line, an existing file that is not a readable SQLite/Optuna database
     (corrupted, truncated, some other file).
@@ -190,8 +209,12 @@ def check_sqlite_file(db: Path) -> None:
     try:
         if not db.is_file() or db.stat().st_size == 0:
             return
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
-    except (OSError, sqlite3.Error):
+        con = connect_for_reading(db)
+    except (OSError, sqlite3.OperationalError):
+        return  # unreadable paths, locked or busy: reported by whoever opens them
+    except sqlite3.DatabaseError as e:  # "file is not a database" shows on the first read
+        raise _not_optuna_db(db, str(e)) from None
+    except sqlite3.Error:
         return  # unreadable paths are reported by whoever opens them
     try:
         ok = con.execute("PRAGMA quick_check").fetchone()
