@@ -26,7 +26,6 @@ only (seeds.py): choosing the finalist rule on evaluation truths would be develo
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections.abc import Sequence
@@ -34,7 +33,6 @@ from typing import Any
 
 import numpy as np
 
-from autotune.errors import UserError
 from autotune.study.analysis.evidence import ConfigEvidence, summarize
 from autotune.study.analysis.export_rule import DEFAULT_MAX_OOM_PER_1K, Ranking, finalists, tier
 from autotune.study.search.residual import ResidualGP, encode
@@ -126,17 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--truth-seeds", type=seed_list, required=True, help="development seeds: '0-3' or '0,2'")
     ap.add_argument("--study-seed", type=int, default=0)
     args = ap.parse_args(argv)
-    problems = [p for s in args.truth_seeds if (p := seeds.dev_only_problem("--truth-seeds", s))]
-    try:
-        if problems:
-            raise UserError(problems[0])
-        rows = (case(args.scenario, s, args.study_seed) for s in args.truth_seeds)
-        for row in rows:
-            print(json.dumps(row), flush=True)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return seeds.print_dev_rows(args.truth_seeds, lambda: (case(args.scenario, s, args.study_seed)
+                                                           for s in args.truth_seeds))
 
 
 if __name__ == "__main__":

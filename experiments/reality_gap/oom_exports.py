@@ -18,12 +18,10 @@ Development truth seeds only (seeds.py). ALL FIGURES ARE SIMULATED.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from typing import Any
 
-from autotune.errors import UserError
 from autotune.study.analysis.evidence import summarize
 from autotune.study.analysis.export_rule import DEFAULT_MAX_OOM_PER_1K, MEASURED, Ranking, tier
 from experiments.reality_gap import score as S
@@ -84,17 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--truth-seeds", type=seed_list, required=True, help="development seeds: '0-3' or '0,2'")
     ap.add_argument("--study-seeds", type=seed_list, default=[0])
     args = ap.parse_args(argv)
-    problems = [p for s in args.truth_seeds if (p := seeds.dev_only_problem("--truth-seeds", s))]
-    try:
-        if problems:
-            raise UserError(problems[0])
-        for s in args.truth_seeds:
-            for m in args.study_seeds:
-                print(json.dumps(case(args.scenario, s, m)), flush=True)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return seeds.print_dev_rows(args.truth_seeds, lambda: (case(args.scenario, s, m) for s in args.truth_seeds
+                                                           for m in args.study_seeds))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,11 @@ scenarios; that family keeps its old seeding so its committed truths stay valid)
 
 from __future__ import annotations
 
+import json
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
 DEV_TRUTH_SEEDS: tuple[int, ...] = tuple(range(0, 10))
 EVAL_TRUTH_SEEDS: tuple[int, ...] = tuple(range(1000, 1010))
 STUDY_SEEDS: tuple[int, ...] = (0, 1, 2)  # study seeds per case (>= 3: the issue's floor)
@@ -36,6 +41,24 @@ def dev_only_problem(flag: str, value: int) -> str | None:
         return None
     return (f"{flag} {value}: development seeds only ({DEV_TRUTH_SEEDS[0]}-{DEV_TRUTH_SEEDS[-1]}; seeds.py); "
             "reading an evaluation truth this closely is developing on it")
+
+
+def print_dev_rows(truth_seeds: Sequence[int], rows: Callable[[], Iterable[dict[str, Any]]]) -> int:
+    """The main of a development-only analysis (finalist_choice.py, oom_exports.py): refuse any
+    evaluation seed in one line, else print ``rows()`` as JSON lines as they come; 2 on a refusal or
+    a :class:`UserError`."""
+    from autotune.errors import UserError
+
+    problems = [p for s in truth_seeds if (p := dev_only_problem("--truth-seeds", s))]
+    try:
+        if problems:
+            raise UserError(problems[0])
+        for row in rows():
+            print(json.dumps(row), flush=True)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def draw_seed(family: str, scenario: str, truth_seed: int) -> str:
