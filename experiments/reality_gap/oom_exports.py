@@ -6,9 +6,9 @@ engine that runs out of memory dies and fails every request in flight (~16 on qw
 so a config that dies in one benchmark of ten loses 1.6 per 1000: over the limit, and three or
 four clean runs in a study do not show it (0.9^3 = 73 %). This script runs autotune's study on
 a case and lists, for the configs the rule could export (usable, within the OOM limit as
-measured), what the study knew of each (runs, measured OOMs, measured headroom, the calibrated
-model's predicted crash chance per step) beside the truth's OOM rate, so a guard can be chosen
-on what separates the two kinds.
+measured), what the study knew of each (runs, measured OOMs, measured headroom, whether a config
+needing no more memory died) beside the truth's OOM rate and the nominal model's (where its grid
+has the config), so a guard can be chosen on what separates the two kinds.
 
 Development truth seeds only (seeds.py). ALL FIGURES ARE SIMULATED.
 
@@ -49,11 +49,12 @@ def case(scenario: str, truth_seed: int, study_seed: int) -> dict[str, Any]:
     truth = Truth.load(scenario, truth_seed)
     bench = run_strategy(truth, "autotune", study_seed, truth.space.study.trials)
     space, rank = bench.space, Ranking.for_space(bench.space)
-    every = summarize(bench.records(), space).configs
+    recs = bench.records()
+    every = summarize(recs, space).configs
     died = [c for c in every if c.oom.events > 0]
     configs = [c for c in every if c.usable and tier(c, DEFAULT_MAX_OOM_PER_1K) <= MEASURED]
     configs.sort(key=rank.cost)
-    chosen = S.export_choice(bench.records(), space)
+    chosen = S.export_choice(recs, space)
     nominal = gt_mod.brute_force(truth.scenario, log=lambda *_: None)
     rows = []
     for c in configs[:TOP]:

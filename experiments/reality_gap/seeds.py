@@ -18,6 +18,8 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from autotune.errors import UserError
+
 DEV_TRUTH_SEEDS: tuple[int, ...] = tuple(range(0, 10))
 EVAL_TRUTH_SEEDS: tuple[int, ...] = tuple(range(1000, 1010))
 STUDY_SEEDS: tuple[int, ...] = (0, 1, 2)  # study seeds per case (>= 3: the issue's floor)
@@ -47,8 +49,6 @@ def print_dev_rows(truth_seeds: Sequence[int], rows: Callable[[], Iterable[dict[
     """The main of a development-only analysis (finalist_choice.py, oom_exports.py): refuse any
     evaluation seed in one line, else print ``rows()`` as JSON lines as they come; 2 on a refusal or
     a :class:`UserError`."""
-    from autotune.errors import UserError
-
     problems = [p for s in truth_seeds if (p := dev_only_problem("--truth-seeds", s))]
     try:
         if problems:

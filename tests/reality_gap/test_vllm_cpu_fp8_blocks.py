@@ -34,9 +34,8 @@ def test_the_cpu_hosts_fp8_write_cost_is_the_engines_committed_measurement():
     from experiments.vllm_cpu import fp8_engine as E
 
     got = json.loads((Path(E.__file__).parent / "results" / "fp8_engine.json").read_text())
-    write = "_C::cpu_attn_reshape_and_cache"
     fp8, bf16 = got["engine"]["fp8"], got["engine"]["auto"]
-    per_element = (fp8["self_cpu_s"][write] - bf16["self_cpu_s"][write]) * 1e9 / (fp8["tokens_written"] * E.ELEMENTS)
+    per_element = (fp8["self_cpu_s"][E.WRITE_OP] - bf16["self_cpu_s"][E.WRITE_OP]) * 1e9 / (fp8["tokens_written"] * E.ELEMENTS)
     assert per_element == pytest.approx(got["engine_write_excess_ns_per_element"], abs=0.01)
     assert CPU_HOST["kv_fp8_quant_ns"][0] == pytest.approx(per_element, abs=0.5)
     assert fp8["tokens_written"] == sum(len(p) for p in E.prompts()) + E.PROMPTS * (E.OUTPUT - 1)
