@@ -26,6 +26,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from pathlib import Path
 from typing import Any
 
+from experiments.reality_gap import refine
 from experiments.reality_gap.families import DEFAULT_FAMILY, FAMILIES
 from experiments.reality_gap.run import run_case
 from experiments.reality_gap.seeds import EVAL_TRUTH_SEEDS, STUDY_SEEDS
@@ -69,7 +70,7 @@ def _case(args: Case) -> dict[str, Any]:
 def _truth(args: tuple[str, int, str]) -> tuple[str, int, str]:
     """Brute-force one truth (one process: the other workers run cases or other truths)."""
     scenario, seed, family = args
-    Truth.load(scenario, seed, jobs=1, log=_log, family=family)
+    refine.space_best(Truth.load(scenario, seed, jobs=1, log=_log, family=family), jobs=1, log=_log)
     return args
 
 

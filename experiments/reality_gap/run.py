@@ -37,7 +37,7 @@ from autotune.errors import UserError
 from autotune.space import SearchSpace
 from autotune.study.search import confirm_trials
 from autotune.study.trials import Role, enqueue_attrs
-from experiments.reality_gap import auto_tune_sh, seeds
+from experiments.reality_gap import auto_tune_sh, refine, seeds
 from experiments.reality_gap import score as S
 from experiments.reality_gap.families import DEFAULT_FAMILY, FAMILIES
 from experiments.reality_gap.strategies import CEILINGS, STRATEGIES, budget, sim_best_space, variant
@@ -104,6 +104,7 @@ def run_case(scenario: str, truth_seed: int, strategy: str, *, trials: int | Non
     bench = run_strategy(truth, strategy, study_seed, case_budget, jobs, log)
     study_s = time.time() - t1
     out = score_case(bench, truth, strategy, study_seed, case_budget)
+    out.update(refine.scores(truth, out["exported_flags"], jobs, log))
     if calibrate:
         out["calibration"] = calibration_errors(bench, truth)
     out["runtime_s"] = {"total": round(time.time() - t0, 1), "study": round(study_s, 1),

@@ -54,3 +54,17 @@ def test_the_trial_by_trial_trace_refuses_evaluation_seeds(capsys):
 
     assert main(["--scenario", "small-highconc", "--truth-seed", "1000"]) == 2
     assert "--truth-seed 1000: development seeds only" in capsys.readouterr().err
+
+
+def test_the_refined_best_gets_its_own_column_and_goal_row(tmp_path):
+    """Rows scored against the space's refined best (refine.py) are counted apart from the grid's best;
+    rows scored before it show no figure there rather than a wrong one."""
+    rows = [{**_row("autotune", "a", 1000, m, True, 0.05), "within_2pct_space": m == 0} for m in (0, 1)]
+    rows += [_row("tpe-confirm", "a", 1000, m, True, 0.05) for m in (0, 1)]  # scored before refine.py
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    E.main(["--runs", str(path)])
+    text = (tmp_path / "results.md").read_text()
+    assert "| autotune | 2 | 100 % [100 %, 100 %] | 50 % [" in text
+    assert "| tpe-confirm | 2 | 100 % [100 %, 100 %] | — |" in text
+    assert "the same against the space's refined best (refine.py; a stricter best than the grid's) | 50 %" in text
