@@ -254,6 +254,22 @@ def _clean(row: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items() if not k.startswith("_")}
 
 
+def summary(scenario: str, truth_seeds: Sequence[int], family: str = DEFAULT_FAMILY) -> str:
+    """One line: how far the saved refinements of ``truth_seeds`` moved the best."""
+    gains = []
+    for s in truth_seeds:
+        if is_cached(scenario, s, family):
+            saved = json.loads((truth_dir(scenario, s, family) / FILE).read_text())
+            gains.append((s, saved["gain"], saved["runtime_s"]))
+    if not gains:
+        return f"{scenario}: no refinement saved for these truths"
+    moved = [g for g in gains if g[1] > 0.0005]
+    return (f"{scenario}: {len(gains)} truths, the refined best better than the grid's in {len(moved)} "
+            f"(by {', '.join(f'{100 * g:.1f} %' for _, g, _ in sorted(moved, key=lambda x: -x[1]))}); "
+            f"median gain {100 * sorted(g for _, g, _ in gains)[len(gains) // 2]:.1f} %, "
+            f"runtime {min(t for *_, t in gains):.0f}-{max(t for *_, t in gains):.0f} s a truth")
+
+
 def main() -> None:
     from experiments.reality_gap.bench import seeds
 
@@ -262,7 +278,11 @@ def main() -> None:
     ap.add_argument("--truth-seeds", required=True, help="'0-3' or '0,2'")
     ap.add_argument("--truth-family", default=DEFAULT_FAMILY)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--summary", action="store_true", help="print the saved refinements' gains, compute nothing")
     a = ap.parse_args()
+    if a.summary:
+        print(summary(a.scenario, seeds(a.truth_seeds), a.truth_family))
+        return
     for s in seeds(a.truth_seeds):
         truth = Truth.load(a.scenario, s, jobs=a.jobs, log=print, family=a.truth_family)
         best = space_best(truth, jobs=a.jobs, log=print)
