@@ -32,6 +32,9 @@ KEYS = {
     "gpu_hours": NUMBER, "gpu_hours_to_2pct": (*NUMBER, type(None)), "gpu_hours_to_2pct_stable": (*NUMBER, type(None)),
     "wrongly_rejected": int, "wasted_launches": int, "warm_start_failed_launches": int, "launched": int,
     "regret_auc": NUMBER, "truth_family": str, "study_seed": int, "budget_gpu_hours": NUMBER,
+    # against the truth's best over the space, not only the grid's (refine.py)
+    "true_best_space": NUMBER, "true_best_space_flags": dict, "regret_space": (*NUMBER, type(None)),
+    "within_2pct_space": bool,
 }
 
 
@@ -78,6 +81,11 @@ def test_one_json_object_with_the_contract_keys(strategy):
     if out["true_main"] is not None:
         assert math.isclose(out["regret"], out["true_main"] / out["true_best"] - 1, rel_tol=1e-9)
         assert out["within_2pct"] == (out["regret"] <= 0.02 and out["true_oom_per_1k"] <= 1.0)
+        # and against the truth's refined best over the space, which is never worse than the grid's
+        assert out["true_best_space"] <= out["true_best"]
+        assert math.isclose(out["regret_space"], out["true_main"] / out["true_best_space"] - 1, rel_tol=1e-9)
+        assert out["within_2pct_space"] == (out["regret_space"] <= 0.02 and out["true_oom_per_1k"] <= 1.0)
+        assert not out["within_2pct_space"] or out["within_2pct"]
 
     # null semantics of GPU-hours to 2 %: a number exactly when some export along the way was
     # within 2 %, never more than the whole study's; 'stable' needs the final export within.
