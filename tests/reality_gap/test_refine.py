@@ -15,6 +15,7 @@ import pytest
 
 from experiments.reality_gap import refine, rescore
 from experiments.reality_gap.truth import TRUTHS, Truth
+from tests.reality_gap import test_baselines
 
 MAIN = "p99_e2e_s"
 NAMES = ("a", "b")
@@ -73,33 +74,19 @@ def test_starts_are_the_best_feasible_config_of_each_plane_best_first():
     assert [(r["x"], r["d"]) for r in refine.starts(fake)] == [(0.95, "auto"), (0.9, "fp8")]
 
 
-TINY = """\
-version: 1
-engine:
-  backend: sim
-  model: Qwen/Qwen2.5-7B-Instruct
-  gpu: L40S
-  flags: {max_model_len: 8192, dtype: bfloat16}
-params:
-  gpu_memory_utilization: {type: float, low: 0.86, high: 0.94, step: 0.02}
-  max_num_seqs: {type: int, low: 16, high: 256, log: true}
-  max_num_batched_tokens: {type: categorical, choices: [512, 2048]}
-workload:
-  num_requests: 100
-  concurrency: 64
-  prompt_len: {dist: lognormal, mean: 400, sigma: 0.6, min: 16, max: 2000}
-  output_len: {dist: lognormal, mean: 100, sigma: 0.5, min: 8, max: 400}
-  seed: 0
-objectives:
-  - {metric: oom_per_1k, direction: minimize}
-  - {metric: p99_e2e_s, direction: minimize}
-study: {name: tiny-refine, trials: 8, seed: 0, grid_points: 2}
-cluster: {gpus_per_worker: 1}
-"""
+# test_baselines.py's tiny space with a grid coarser than the space: max_num_seqs an int range and
+# gpu_memory_utilization four steps, of which the grid (study.grid_points 2) holds the ends.
+TINY = (test_baselines.TINY
+        .replace("gpu_memory_utilization: {type: float, low: 0.88, high: 0.92, step: 0.04}",
+                 "gpu_memory_utilization: {type: float, low: 0.86, high: 0.94, step: 0.02}")
+        .replace("max_num_seqs: {type: categorical, choices: [64, 256]}",
+                 "max_num_seqs: {type: int, low: 16, high: 256, log: true}")
+        .replace("study: {name: tiny, trials: 8, seed: 0}", "study: {name: tiny-refine, trials: 8, seed: 0, grid_points: 2}"))
 
 
 @pytest.fixture(scope="module")
 def tiny_truth(tmp_path_factory) -> Truth:
+    assert TINY.count("0.86") == 1 and "type: int" in TINY and "grid_points: 2" in TINY  # every replace took
     path = tmp_path_factory.mktemp("spaces") / "tiny-refine.yaml"
     path.write_text(TINY)
     return Truth.load(str(path), 0, jobs=1)
