@@ -3,8 +3,9 @@
     .venv/bin/python -m experiments.reality_gap.bench [--jobs 2] [--max-load 3] [--truth-family structural] \
         [--scenarios A B] [--truth-seeds 1000-1009] [--study-seeds 0-2] [--strategies random tpe grid autotune ...]
 
-For each (truth seed, scenario) the truth's brute force comes first (cached, truth.py: the
-committed ones are read, others are computed, one process each), then its cases, each the
+For each (truth seed, scenario) the truth's brute force and its refined best over the space
+come first (cached, truth.py and refine.py: the committed ones are read, others are computed,
+one process each), then its cases, each the
 same call as ``run.py`` (``--calibrate`` for the strategies in ``--calibrate-strategies``).
 ``--jobs`` worker processes share both kinds of task: a ready truth's cases go first, and a
 worker with no case to run brute-forces the next truth. Every finished case is appended to
@@ -67,8 +68,15 @@ def _case(args: Case) -> dict[str, Any]:
     return run_case(scenario, truth_seed, strategy, calibrate=calibrate, seed=study_seed, family=family)
 
 
+def ready(scenario: str, seed: int, family: str) -> bool:
+    """Whether a truth's brute force and its refinement (refine.py) are both cached: its cases
+    may start together without each computing (and writing) the same refinement."""
+    return is_cached(scenario, seed, family) and refine.is_cached(scenario, seed, family)
+
+
 def _truth(args: tuple[str, int, str]) -> tuple[str, int, str]:
-    """Brute-force one truth (one process: the other workers run cases or other truths)."""
+    """Brute-force one truth and refine its best over the space (one process: the other workers
+    run cases or other truths)."""
     scenario, seed, family = args
     refine.space_best(Truth.load(scenario, seed, jobs=1, log=_log, family=family), jobs=1, log=_log)
     return args
@@ -116,7 +124,7 @@ class Pipeline:
                     continue
                 sc, seed = pending.popleft()
                 family = self.args.truth_family
-                if is_cached(sc, seed, family):
+                if ready(sc, seed, family):
                     _log(f"{sc}: truth {seed} ({family}) cached")
                     self.queue_cases(sc, seed)
                 else:

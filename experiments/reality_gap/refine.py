@@ -13,14 +13,17 @@ flag's values (every choice of a categorical or bool; for a number about ``LADDE
 values of its range, every step when its step gives fewer, and the grid's own values). It
 starts from ``STARTS`` grid configs: the best feasible one of each combination of the
 categorical and bool flags, the best such "planes" first, because the truth's best can lie in
-another plane than the grid's best; and from each of those with one categorical flag set to a
-value the grid never holds (``off_grid_twins``). From a start it screens every rung of one flag with the
-others held by one noise-free run, values the ``CONFIRM`` best that beat the current config by
-the brute force's own rule (``Truth.value``: the grid's row, or the same runs off the grid: ten
-near the OOM limit), moves to the best of them within the OOM limit, and goes on flag by flag
-until a whole pass moves nothing (at most ``MAX_PASSES``). So the refined best is comparable
-with the grid's and never worse. It never looks at a study: what it finds depends on the truth
-and the space alone. It is a better lower bound on the truth's best, not a proof of optimum.
+another plane than the grid's best; and from each of those with one categorical or bool flag
+set to a value the grid never holds (``off_grid_twins``). From a start it screens every rung
+of one flag with the others held by one noise-free run (the brute force's first), values the
+``CONFIRM`` best that beat the current config by the brute force's own rule
+(``ground_truth.true_value``, as ``Truth.value`` values a config off the grid: ten runs near
+the OOM limit), moves to the best of them within the OOM limit, and goes on flag by flag until
+a whole pass moves nothing (at most ``MAX_PASSES``). So the refined best is comparable with
+the grid's and never worse. It never looks at a study: what it finds depends on the truth and
+the space alone. It is a better bound on the truth's best, not a proof of optimum: a study's
+export can still beat it (a negative ``regret_space``), and the screen drops a config whose
+one run crossed the OOM limit although its ten might not.
 
 The result is cached beside the brute force (``space_best.json``, keyed by the brute force's
 cache key and this module's settings) and committed for the scenarios' truths like the brute
@@ -31,19 +34,25 @@ and prints them.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import multiprocessing as mp
+import os
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
+from autotune.deploy import SimProfile
 from autotune.sim.quirks import Quirks
 from autotune.space import SearchSpace
 from experiments.reality_gap.families import DEFAULT_FAMILY
-from experiments.reality_gap.truth import OOM_LIMIT, Truth, truth_dir
+from experiments.reality_gap.score import finite_or_none
+from experiments.reality_gap.truth import OOM_LIMIT, Truth, scenario_space, truth_dir
 from experiments.scenarios import ground_truth as gt_mod
+from experiments.scenarios.ground_truth import feasible
 
 FILE = "space_best.json"
 VERSION = 3  # of the procedure below: part of the cache key
@@ -51,10 +60,11 @@ STARTS = 4  # descents: from the best grid configs of the best "planes" (``start
 MAX_PASSES = 6
 LADDER_POINTS = 15  # a number's rungs (every step value when its step gives fewer), and the grid's
 
+MOVED = 0.0005  # --summary counts a truth as moved when its best gained more than this
 CONFIRM = 3  # screened rungs of a flag valued in full, the best first
+ONE_RUN = gt_mod.Settings(seeds=1, borderline_seeds=1)  # the screen: the brute force's first run alone
 # (configs, full?) -> their rows: one run each, or the brute force's full rule
 RunMany = Callable[[list[dict[str, Any]], bool], list[dict[str, Any]]]
-Values = RunMany
 
 
 def ladder(space: SearchSpace, grid: Mapping[str, Sequence[Any]], name: str) -> list[Any]:
@@ -63,11 +73,6 @@ def ladder(space: SearchSpace, grid: Mapping[str, Sequence[Any]], name: str) -> 
     fine = list(p.grid_values(LADDER_POINTS))
     values = fine + [v for v in grid.get(name, []) if v not in fine]
     return values if p.type in ("bool", "categorical") else sorted(set(values))
-
-
-def feasible(row: Mapping[str, Any], main: str) -> bool:
-    """Whether a valued config may be the best: it starts, serves and meets the OOM limit."""
-    return bool(row["started"]) and float(row["oom_per_1k"]) <= OOM_LIMIT and not math.isnan(float(row[main]))
 
 
 def better(a: Mapping[str, Any], b: Mapping[str, Any], main: str, maximize: bool) -> bool:
@@ -84,10 +89,10 @@ class Refined:
 
     @property
     def moved(self) -> bool:
-        return self.best is not self.grid_best and self.best != self.grid_best
+        return self.best != self.grid_best
 
 
-def descend(start: dict[str, Any], names: Sequence[str], rungs: Mapping[str, Sequence[Any]], values: Values,
+def descend(start: dict[str, Any], names: Sequence[str], rungs: Mapping[str, Sequence[Any]], values: RunMany,
             main: str, maximize: bool) -> dict[str, Any]:
     """Coordinate descent from the valued row ``start`` (module docstring). Each flag's rungs are
     screened with one run; the ``CONFIRM`` best screened rungs that beat the current config are
@@ -145,11 +150,15 @@ def refine(truth: Truth, run_many: RunMany | None = None) -> Refined:
     seen: dict[tuple[bool, tuple], dict[str, Any]] = {}
     runner = run_many or _serial(truth)
 
+    def known(c: dict[str, Any], full: bool) -> dict[str, Any] | None:
+        """The grid's row, or the valuation asked for (a screen stays one run, as it ranked before)."""
+        return grid.value(c) or seen.get((full, grid.key(c)))
+
     def values(configs: list[dict[str, Any]], full: bool) -> list[dict[str, Any]]:
-        todo = [c for c in configs if (full, grid.key(c)) not in seen and grid.value(c) is None]
+        todo = list({grid.key(c): c for c in configs if known(c, full) is None}.values())
         for c, r in zip(todo, runner(todo, full) if todo else [], strict=True):
             seen[(full, grid.key(c))] = r
-        return [grid.value(c) or seen[(full, grid.key(c))] for c in configs]
+        return [seen[(full, grid.key(c))] if grid.value(c) is None else grid.value(c) for c in configs]
 
     best = truth.best
     for s in starts(truth):
@@ -163,34 +172,41 @@ def refine(truth: Truth, run_many: RunMany | None = None) -> Refined:
                    time.time() - t0)
 
 
-ONE_RUN = gt_mod.Settings(seeds=1, borderline_seeds=1)
+def settings(full: bool) -> gt_mod.Settings:
+    """The brute force's rule in full, or its first run alone (the screen)."""
+    return gt_mod.Settings() if full else ONE_RUN
 
 
 def _serial(truth: Truth) -> RunMany:
     profile = truth.profile.without_noise()
-    return lambda configs, full: [gt_mod.true_value(truth.space, c, profile, gt_mod.Settings() if full else ONE_RUN,
+    return lambda configs, full: [gt_mod.true_value(truth.space, c, profile, settings(full),
                                                     quirks=truth.draw.quirks) for c in configs]
 
 
 _W: dict[str, Any] = {}
 
 
-def _init(space: SearchSpace, profile: Any, quirks: Quirks) -> None:
+def _init(space: SearchSpace, profile: SimProfile, quirks: Quirks) -> None:
     _W.update(space=space, profile=profile, quirks=quirks)
 
 
 def _value(job: tuple[dict[str, Any], bool]) -> dict[str, Any]:
     params, full = job
-    return gt_mod.true_value(_W["space"], params, _W["profile"], gt_mod.Settings() if full else ONE_RUN,
-                             quirks=_W["quirks"])
+    return gt_mod.true_value(_W["space"], params, _W["profile"], settings(full), quirks=_W["quirks"])
 
 
 def _key(scenario: str, seed: int, family: str) -> str | None:
-    """The brute force's cache key with this module's settings (None before the brute force)."""
+    """The brute force's cache key (which covers the space, grid, profile and quirks) with
+    everything of this module that changes what the descent finds: its settings, the OOM
+    limit, and the order of the flags it descends in (None before the brute force)."""
     target = truth_dir(scenario, seed, family) / gt_mod.TARGET
     if not target.exists():
         return None
-    return f"{json.loads(target.read_text())['cache_key']}/refine-v{VERSION}-{STARTS}-{MAX_PASSES}-{LADDER_POINTS}"
+    mine = {"version": VERSION, "starts": STARTS, "max_passes": MAX_PASSES, "ladder_points": LADDER_POINTS,
+            "confirm": CONFIRM, "screen": asdict(ONE_RUN), "full": asdict(gt_mod.Settings()), "oom_limit": OOM_LIMIT,
+            "order": list(scenario_space(scenario).params)}
+    digest = hashlib.sha256(json.dumps(mine, sort_keys=True).encode()).hexdigest()[:16]
+    return f"{json.loads(target.read_text())['cache_key']}/refine-{digest}"
 
 
 def cache_key(truth: Truth) -> str | None:
@@ -221,10 +237,13 @@ def space_best(truth: Truth, jobs: int = 1, log: Callable[[str], None] = lambda 
            "scenario": truth.name, "truth_seed": truth.seed, "truth_family": truth.family,
            "main_objective": truth.main, "maximize": truth.maximize,
            "grid_best": _clean(r.grid_best), "best": _clean(r.best), "moved": r.moved,
-           "gain": _gain(r, truth), "valued_off_grid": r.valued, "screened_off_grid": r.screened, "runtime_s": round(r.seconds, 1)}
-    tmp = path.with_suffix(".tmp")
+           "gain": -truth.regret(r.best, r.grid_best), "valued_off_grid": r.valued,
+           "screened_off_grid": r.screened, "runtime_s": round(r.seconds, 1)}
+    # Never a half-written cache, and a temporary file of this process's own: two processes may
+    # refine the same truth at once (the same result), and neither may write into the other's.
+    tmp = path.with_name(f"{FILE}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)  # never a half-written cache
+    tmp.replace(path)
     log(f"{truth.name} truth {truth.seed}: the grid's best {r.grid_best[truth.main]:.4g}, refined "
         f"{r.best[truth.main]:.4g} ({out['gain']:+.1%}), {r.screened} off-grid valuations ({r.valued} in full) "
         f"in {r.seconds:.0f} s")
@@ -237,17 +256,10 @@ def scores(truth: Truth, exported: Mapping[str, Any] | None, jobs: int = 1,
     ``true_best_space``, ``true_best_space_flags``, ``regret_space``, ``within_2pct_space``."""
     best = space_best(truth, jobs, log)
     row = truth.value(exported) if exported is not None else None
-    r = truth.regret(row, best) if row is not None else math.nan
     return {"true_best_space": float(best[truth.main]),
             "true_best_space_flags": {k: best[k] for k in truth.space.params},
-            "regret_space": None if math.isnan(r) else r,
+            "regret_space": finite_or_none(truth.regret(row, best)) if row is not None else None,
             "within_2pct_space": truth.within(row, best) if row is not None else False}
-
-
-def _gain(r: Refined, truth: Truth) -> float:
-    """How much better the refined best is than the grid's (0: not at all)."""
-    g, b = float(r.grid_best[truth.main]), float(r.best[truth.main])
-    return b / g - 1.0 if truth.maximize else 1.0 - b / g
 
 
 def _clean(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -263,10 +275,11 @@ def summary(scenario: str, truth_seeds: Sequence[int], family: str = DEFAULT_FAM
             gains.append((s, saved["gain"], saved["runtime_s"]))
     if not gains:
         return f"{scenario}: no refinement saved for these truths"
-    moved = [g for g in gains if g[1] > 0.0005]
-    return (f"{scenario}: {len(gains)} truths, the refined best better than the grid's in {len(moved)} "
+    moved = [g for g in gains if g[1] > MOVED]
+    return (f"{scenario}: {len(gains)} truths, the refined best better than the grid's by over "
+            f"{100 * MOVED:.2g} % in {len(moved)} "
             f"(by {', '.join(f'{100 * g:.1f} %' for _, g, _ in sorted(moved, key=lambda x: -x[1]))}); "
-            f"median gain {100 * sorted(g for _, g, _ in gains)[len(gains) // 2]:.1f} %, "
+            f"median gain {100 * statistics.median(g for _, g, _ in gains):.1f} %, "
             f"runtime {min(t for *_, t in gains):.0f}-{max(t for *_, t in gains):.0f} s a truth")
 
 

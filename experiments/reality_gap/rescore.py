@@ -26,7 +26,9 @@ SPACE_KEYS = ("true_best_space", "true_best_space_flags", "regret_space", "withi
 
 
 def rescored(row: dict[str, Any], truths: dict[tuple, Truth], jobs: int) -> dict[str, Any]:
-    """``row`` with the refined-best keys (unchanged if it has them or is not a simulated truth's)."""
+    """``row`` with the refined-best keys; unchanged if it has them, if it is a replayed CPU table's
+    (``table``), or if it predates truth families (no ``truth_family``: issue 12's constants truths,
+    which have no committed refinements and are not part of issue 18's figures)."""
     if all(k in row for k in SPACE_KEYS) or "truth_family" not in row or row.get("table"):
         return row
     key = (row["scenario"], row["truth_seed"], row["truth_family"])

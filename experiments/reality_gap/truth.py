@@ -149,15 +149,14 @@ class Truth:
     def regret(self, row: Mapping[str, Any], best: Mapping[str, Any] | None = None) -> float:
         """Relative shortfall of ``row``'s main objective against the grid's best, or ``best``
         (0 = as good; NaN when it does not serve)."""
-        v, b = float(row[self.main]), float((best or self.best)[self.main])
+        v, b = float(row[self.main]), float((self.best if best is None else best)[self.main])
         if math.isnan(v):
             return math.nan
         return 1.0 - v / b if self.maximize else v / b - 1.0
 
     def within(self, row: Mapping[str, Any], best: Mapping[str, Any] | None = None) -> bool:
         """Truly within 2 % of the grid's best (or ``best``) and within the OOM limit."""
-        r = self.regret(row, best)
-        return bool(row["started"]) and float(row["oom_per_1k"]) <= OOM_LIMIT and not math.isnan(r) and r <= WITHIN
+        return gt_mod.feasible(row, self.main) and self.regret(row, best) <= WITHIN
 
     def starts(self, flags: Mapping[str, Any]) -> bool:
         """Whether the config starts under the truth (its startup is noise-free)."""

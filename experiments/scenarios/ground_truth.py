@@ -219,8 +219,13 @@ def pareto(rows: Sequence[dict[str, Any]], main: str, maximize: bool) -> list[di
     return out
 
 
+def feasible(row: Mapping[str, Any], main: str) -> bool:
+    """Whether a valued config may be a truth's best: it starts, serves and meets the OOM limit."""
+    return bool(row["started"]) and float(row["oom_per_1k"]) <= OOM_LIMIT and not math.isnan(float(row[main]))
+
+
 def best_within_limit(rows: Sequence[dict[str, Any]], main: str, maximize: bool) -> dict[str, Any] | None:
-    ok = [r for r in rows if r["started"] and r["oom_per_1k"] <= OOM_LIMIT and not math.isnan(r[main])]
+    ok = [r for r in rows if feasible(r, main)]
     if not ok:
         return None
     return (max if maximize else min)(ok, key=lambda r: r[main])

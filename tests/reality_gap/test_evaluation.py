@@ -61,6 +61,7 @@ def test_the_refined_best_gets_its_own_column_and_goal_row(tmp_path):
     rows scored before it show no figure there rather than a wrong one."""
     rows = [{**_row("autotune", "a", 1000, m, True, 0.05), "within_2pct_space": m == 0} for m in (0, 1)]
     rows += [_row("tpe-confirm", "a", 1000, m, True, 0.05) for m in (0, 1)]  # scored before refine.py
+    rows += [{**_row("sim-best", "a", 1000, m, True, 0.05), "within_2pct_space": False} for m in (0, 1)]
     path = tmp_path / "runs.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     E.main(["--runs", str(path)])
@@ -68,3 +69,8 @@ def test_the_refined_best_gets_its_own_column_and_goal_row(tmp_path):
     assert "| autotune | 2 | 100 % [100 %, 100 %] | 50 % [" in text
     assert "| tpe-confirm | 2 | 100 % [100 %, 100 %] | — |" in text
     assert "the same against the space's refined best (refine.py; a stricter best than the grid's) | 50 %" in text
+    # paired against sim-best (both scored against the refined best): +50 %; against tpe-confirm, not said
+    assert "- vs sim-best (2 pairs): within-2 % rate 0 % [0 %, 0 %]" in text
+    assert "within 2 % of the refined best 50 % [" in text
+    vs_tc = next(x for x in text.splitlines() if x.startswith("- vs tpe-confirm"))
+    assert "refined" not in vs_tc

@@ -8,7 +8,6 @@ tiny space given by path (its brute force takes seconds) whose grid is coarser t
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -48,8 +47,12 @@ def test_the_descent_reaches_the_best_config_within_the_oom_limit():
 
 
 def test_a_lucky_screen_is_not_taken_on_its_one_run():
-    end = refine.descend(_row(2, 0, True), NAMES, RUNGS, _values([]), MAIN, maximize=False)
-    assert (end["a"], end["b"]) != (2, 2) and end["oom_per_1k"] <= refine.OOM_LIMIT
+    """From (2, 0), varying b first screens (2, 2), the best-looking one-run value of all; valued in
+    full it is poor, so the descent goes on to the true bottom instead of stopping there."""
+    log: list = []
+    end = refine.descend(_row(2, 0, True), ("b", "a"), RUNGS, _values(log), MAIN, maximize=False)
+    assert (2, 2, False) in log and (2, 2, True) in log  # screened lucky, then valued in full
+    assert (end["a"], end["b"]) == (3, 1) and end["oom_per_1k"] <= refine.OOM_LIMIT
 
 
 def test_a_maximised_metric_climbs():
@@ -103,10 +106,15 @@ def test_the_refined_best_is_a_feasible_config_no_worse_than_the_grids(tiny_trut
     assert r.moved == (r.best[t.main] < t.best[t.main])
 
 
-def test_the_refined_best_is_cached_beside_the_brute_force_and_keyed(tiny_truth):
+def test_the_refined_best_is_cached_beside_the_brute_force_and_keyed(tiny_truth, tmp_path, monkeypatch):
     t = tiny_truth
+    real = refine.truth_dir(t.scenario, t.seed, t.family)
+    for f in real.iterdir():  # a copy of the brute force: the test tampers with its cache
+        if f.is_file() and f.name != refine.FILE:
+            (tmp_path / f.name).write_bytes(f.read_bytes())
+    monkeypatch.setattr(refine, "truth_dir", lambda *_: tmp_path)
     best = refine.space_best(t)
-    path = refine.truth_dir(t.scenario, t.seed, t.family) / refine.FILE
+    path = tmp_path / refine.FILE
     saved = json.loads(path.read_text())
     assert saved["best"] == best and saved["cache_key"] == refine.cache_key(t) and "SIMULATED" in saved["note"]
     assert refine.is_cached(t.scenario, t.seed, t.family)
@@ -144,4 +152,4 @@ def test_every_committed_refinement_matches_its_truth():
     stale = [str(p) for p in TRUTHS.glob("structural/*/seed-*/" + refine.FILE)
              if not refine.is_cached(p.parent.parent.name, int(p.parent.name.removeprefix("seed-")), "structural")]
     assert not stale, f"stale refinements (rerun python -m experiments.reality_gap.refine): {stale}"
-    assert Path(TRUTHS / "structural" / "small-highconc" / "seed-0" / refine.FILE).exists()  # the contract test's
+    assert (TRUTHS / "structural" / "small-highconc" / "seed-0" / refine.FILE).exists()  # the contract test's
