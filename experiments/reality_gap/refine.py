@@ -127,12 +127,13 @@ def starts(truth: Truth) -> list[dict[str, Any]]:
     return sorted(best.values(), key=lambda r: float(r[truth.main]), reverse=truth.maximize)[:STARTS]
 
 
-def off_grid_twins(start: Mapping[str, Any], rungs: Mapping[str, Sequence[Any]], truth: Truth) -> list[dict[str, Any]]:
+def off_grid_twins(start: Mapping[str, Any], rungs: Mapping[str, Sequence[Any]], truth: Truth,
+                   grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """``start`` with one categorical or bool flag set to a value the grid never holds (qwen72b-mixed's
     block_size 32), each: a plane the grid has no row in is entered at a good config and
     descended in, since a move into it alone from the grid's best plane can look worse than
-    staying while the plane's own best is better (the flags interact)."""
-    grid = gt_mod.scenario_grid(truth.scenario, truth.space)
+    staying while the plane's own best is better (the flags interact). ``grid``: the brute
+    force's values of each flag."""
     out = []
     for name, p in truth.space.params.items():
         if p.type in ("bool", "categorical"):
@@ -146,7 +147,8 @@ def refine(truth: Truth, run_many: RunMany | None = None) -> Refined:
     t0 = time.time()
     names = list(truth.space.params)
     grid = truth.grid
-    rungs = {n: ladder(truth.space, gt_mod.scenario_grid(truth.scenario, truth.space), n) for n in names}
+    grid_values = gt_mod.scenario_grid(truth.scenario, truth.space)
+    rungs = {n: ladder(truth.space, grid_values, n) for n in names}
     seen: dict[tuple[bool, tuple], dict[str, Any]] = {}
     runner = run_many or _serial(truth)
 
@@ -158,11 +160,11 @@ def refine(truth: Truth, run_many: RunMany | None = None) -> Refined:
         todo = list({grid.key(c): c for c in configs if known(c, full) is None}.values())
         for c, r in zip(todo, runner(todo, full) if todo else [], strict=True):
             seen[(full, grid.key(c))] = r
-        return [seen[(full, grid.key(c))] if grid.value(c) is None else grid.value(c) for c in configs]
+        return [grid.value(c) or seen[(full, grid.key(c))] for c in configs]
 
     best = truth.best
     for s in starts(truth):
-        for v in [s, *values(off_grid_twins(s, rungs, truth), True)]:
+        for v in [s, *values(off_grid_twins(s, rungs, truth, grid_values), True)]:
             if not feasible(v, truth.main):
                 continue
             end = descend(v, names, rungs, values, truth.main, truth.maximize)
@@ -213,19 +215,27 @@ def cache_key(truth: Truth) -> str | None:
     return _key(truth.scenario, truth.seed, truth.family)
 
 
-def is_cached(scenario: str, seed: int, family: str = DEFAULT_FAMILY) -> bool:
-    """Whether the saved refinement is of the current brute force and procedure."""
+def _saved(scenario: str, seed: int, family: str) -> dict[str, Any] | None:
+    """The saved refinement when it is of the current brute force and procedure, else None."""
     path = truth_dir(scenario, seed, family) / FILE
     key = _key(scenario, seed, family)
-    return key is not None and path.exists() and json.loads(path.read_text()).get("cache_key") == key
+    if key is None or not path.exists():
+        return None
+    saved = json.loads(path.read_text())
+    return saved if saved.get("cache_key") == key else None
+
+
+def is_cached(scenario: str, seed: int, family: str = DEFAULT_FAMILY) -> bool:
+    return _saved(scenario, seed, family) is not None
 
 
 def space_best(truth: Truth, jobs: int = 1, log: Callable[[str], None] = lambda *_: None) -> dict[str, Any]:
     """The refined best row of ``truth``: from ``space_best.json`` when it matches, else computed
     (``jobs`` processes) and written there."""
+    saved = _saved(truth.scenario, truth.seed, truth.family)
+    if saved is not None:
+        return saved["best"]
     path = truth_dir(truth.scenario, truth.seed, truth.family) / FILE
-    if is_cached(truth.scenario, truth.seed, truth.family):
-        return json.loads(path.read_text())["best"]
     if jobs > 1:
         ctx = mp.get_context("forkserver")  # as the brute force: the caller may run threads
         with ctx.Pool(jobs, initializer=_init, initargs=(truth.space, truth.profile.without_noise(),
@@ -251,10 +261,12 @@ def space_best(truth: Truth, jobs: int = 1, log: Callable[[str], None] = lambda 
 
 
 def scores(truth: Truth, exported: Mapping[str, Any] | None, jobs: int = 1,
-           log: Callable[[str], None] = lambda *_: None) -> dict[str, Any]:
+           log: Callable[[str], None] = lambda *_: None, best: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The contract's keys against the refined best (``true_best`` and ``regret`` stay the grid's):
-    ``true_best_space``, ``true_best_space_flags``, ``regret_space``, ``within_2pct_space``."""
-    best = space_best(truth, jobs, log)
+    ``true_best_space``, ``true_best_space_flags``, ``regret_space``, ``within_2pct_space``.
+    ``best``: the refined best row when the caller has it (scoring many rows of one truth)."""
+    if best is None:
+        best = space_best(truth, jobs, log)
     row = truth.value(exported) if exported is not None else None
     return {"true_best_space": float(best[truth.main]),
             "true_best_space_flags": {k: best[k] for k in truth.space.params},

@@ -25,24 +25,24 @@ from experiments.reality_gap.truth import Truth
 SPACE_KEYS = ("true_best_space", "true_best_space_flags", "regret_space", "within_2pct_space")
 
 
-def rescored(row: dict[str, Any], truths: dict[tuple, Truth], jobs: int) -> dict[str, Any]:
+def rescored(row: dict[str, Any], truths: dict[tuple, tuple[Truth, dict[str, Any]]], jobs: int) -> dict[str, Any]:
     """``row`` with the refined-best keys; unchanged if it has them, if it is a replayed CPU table's
     (``table``), or if it predates truth families (no ``truth_family``: issue 12's constants truths,
     which have no committed refinements and are not part of issue 18's figures)."""
     if all(k in row for k in SPACE_KEYS) or "truth_family" not in row or row.get("table"):
         return row
     key = (row["scenario"], row["truth_seed"], row["truth_family"])
-    if key not in truths:
-        truths[key] = Truth.load(row["scenario"], row["truth_seed"], jobs=jobs, family=row["truth_family"])
-    out = dict(row)
-    out.update(refine.scores(truths[key], row.get("exported_flags"), jobs, log=lambda m: print(m, file=sys.stderr)))
-    return out
+    if key not in truths:  # each truth is loaded, and its refinement read (or computed), once per file
+        truth = Truth.load(row["scenario"], row["truth_seed"], jobs=jobs, family=row["truth_family"])
+        truths[key] = truth, refine.space_best(truth, jobs, log=lambda m: print(m, file=sys.stderr))
+    truth, best = truths[key]
+    return {**row, **refine.scores(truth, row.get("exported_flags"), best=best)}
 
 
 def rescore_file(path: Path, jobs: int = 2) -> tuple[int, int]:
     """Add the keys to every row of ``path`` that lacks them: (rows, rows changed)."""
     lines = [line for line in path.read_text().splitlines() if line.strip()]
-    truths: dict[tuple, Truth] = {}
+    truths: dict[tuple, tuple[Truth, dict[str, Any]]] = {}
     rows = [json.loads(line) for line in lines]
     new = [rescored(r, truths, jobs) for r in rows]
     tmp = path.with_suffix(path.suffix + ".tmp")
