@@ -5,7 +5,10 @@
 For each scenario: the main objective of the truth's best config (its brute force's target)
 over ``--runs`` fresh server starts with the run-to-run noise on, against its noise-free
 value (what the benchmark scores by). The CV says how far apart two measurements of one
-config are, against the 2 % the goals ask to resolve.
+config are, against the 2 % the goals ask to resolve. A run is what a study's trial measures:
+the truth's quirks (its outlier runs and KV jitter among them) on one of the study's workers,
+whose persistent speed offset it carries (``families.TruthBackend``; start k on worker k mod
+``study.WORKERS``). The lowest and highest run are given as ratios to the noise-free value.
 """
 
 from __future__ import annotations
@@ -13,20 +16,26 @@ from __future__ import annotations
 import argparse
 import statistics
 
+from experiments.reality_gap.families import DEFAULT_FAMILY, FAMILIES, TruthBackend
+from experiments.reality_gap.study import WORKERS
 from experiments.reality_gap.truth import Truth
 from experiments.scenarios import ground_truth as gt
 
 SEED0 = 7001  # server-start seeds no study or brute force uses
 
 
-def measure(scenario: str, truth_seed: int, runs: int) -> dict[str, float | str]:
-    t = Truth.load(scenario, truth_seed, jobs=1)
+def measure(scenario: str, truth_seed: int, runs: int, family: str = DEFAULT_FAMILY) -> dict[str, float | str]:
+    t = Truth.load(scenario, truth_seed, jobs=1, family=family)
     config = dict(t.params(t.best))
-    gt._init(t.space, t.profile)
-    vals = [gt._simulate((0, config, SEED0 + k))[1][t.main] for k in range(runs)]
-    mean = statistics.mean(vals)
-    return {"scenario": scenario, "metric": t.main, "noise_free": float(t.best[t.main]), "mean": mean,
-            "cv": statistics.stdev(vals) / mean}
+    backend = TruthBackend(t.draw)
+    vals = []
+    for k in range(runs):
+        speed = backend.node_speed(k % WORKERS, 0.0) if t.draw.node_sigma else 1.0
+        gt._init(t.space, t.profile, t.draw.quirks.with_speed(speed) if speed != 1.0 else t.draw.quirks)
+        vals.append(gt._simulate((0, config, SEED0 + k))[1][t.main])
+    mean, free = statistics.mean(vals), float(t.best[t.main])
+    return {"scenario": scenario, "metric": t.main, "noise_free": free, "mean": mean,
+            "cv": statistics.stdev(vals) / mean, "low": min(vals) / free, "high": max(vals) / free}
 
 
 def main() -> None:
@@ -35,12 +44,16 @@ def main() -> None:
                                                      "bursty-goodput", "small-highconc"])
     ap.add_argument("--truth-seed", type=int, default=0)
     ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--truth-family", choices=sorted(FAMILIES), default=DEFAULT_FAMILY)
     args = ap.parse_args()
-    print("| scenario | metric | noise-free (truth's best) | mean of the runs, noise on | CV of one run |")
-    print("|---|---|---|---|---|")
+    print(f"SIMULATED; truth family {args.truth_family}, truth seed {args.truth_seed}, {args.runs} runs")
+    print("| scenario | metric | noise-free (truth's best) | mean of the runs, noise on | CV of one run | "
+          "lowest, highest run / noise-free |")
+    print("|---|---|---|---|---|---|")
     for sc in args.scenarios:
-        r = measure(sc, args.truth_seed, args.runs)
-        print(f"| {sc} | {r['metric']} | {r['noise_free']:.3g} | {r['mean']:.3g} | {100 * r['cv']:.1f} % |")
+        r = measure(sc, args.truth_seed, args.runs, args.truth_family)
+        print(f"| {sc} | {r['metric']} | {r['noise_free']:.3g} | {r['mean']:.3g} | {100 * r['cv']:.1f} % | "
+              f"{r['low']:.2f}, {r['high']:.2f} |")
 
 
 if __name__ == "__main__":
