@@ -74,3 +74,20 @@ def test_the_refined_best_gets_its_own_column_and_goal_row(tmp_path):
     assert "within 2 % of the refined best 50 % [" in text
     vs_tc = next(x for x in text.splitlines() if x.startswith("- vs tpe-confirm"))
     assert "refined" not in vs_tc
+
+
+def test_a_goal_row_gives_each_scenario_the_verdict_its_paired_line_gives():
+    """One computation per comparison (evaluation.versus). On the committed rag-llama70b-h100 rows,
+    autotune's lead over tpe-confirm has an interval that starts at 0 %: from two bootstrap draws
+    its scenario line said "tied" and the goal row "ahead"."""
+    import re
+    from pathlib import Path
+
+    runs = Path(E.__file__).parent / "results" / "structural" / "rag_llama70b_h100.jsonl"
+    rows = E.load(runs, "structural", "eval")
+    text = "\n".join(E.report(rows))
+    goals = text[text.index("## Goals"):]
+    for b in ("sim-best", "auto-tune-sh", "tpe-confirm"):
+        line = re.search(rf"- vs {b} \(\d+ pairs\): within-2 % rate .*? \(([a-z ]+)\); regret AUC .*? \(([a-z ]+)\)", text)
+        assert line is not None
+        assert f"rag-llama70b-h100: {line.group(1)} (AUC: {line.group(2)})" in goals
