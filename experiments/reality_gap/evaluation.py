@@ -202,8 +202,8 @@ def goals(rows: list[dict[str, Any]]) -> list[str]:
         per = []
         for sc in sorted({r["scenario"] for r in rows}):
             rs = [r for r in rows if r["scenario"] == sc]
-            v = versus(rs, sc, b)
-            (d, ci, n), (a, aci, _) = v["within"], v["auc"]
+            pair = versus(rs, sc, b)
+            (d, ci, n), (a, aci, _) = pair["within"], pair["auc"]
             per.append(f"{sc}: {verdict(d, ci, better_is_lower=False)} (AUC: {verdict(a, aci, better_is_lower=True)})"
                        if n else f"{sc}: not run")
         met = all(p.split(" (AUC")[0].endswith(("ahead", "interval")) for p in per)
