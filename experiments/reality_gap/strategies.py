@@ -68,6 +68,10 @@ ABLATIONS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # Not an ablation but the one part tried and left off (README, "Leader repeats"): 2 of the
     # confirmation runs repeat the search's leader while it runs.
     "autotune-leader": ({}, {"leader_repeats": 2}),
+    # Not an ablation: the race given half as many runs again (3 finalists x 3, not x 2), taken from
+    # the search; whether a race under the structural truths' noise is short of runs (README,
+    # "Sweep changes tried on the flagship and not adopted").
+    "autotune-race9": ({}, {"repeats": 3}),
 }
 BASELINES = ("random", "tpe", "grid", "tpe-confirm", "sim-best", "auto-tune-sh")
 # tpe-confirm with the same part on (README, "Leader repeats"); not a baseline a user tries first.
