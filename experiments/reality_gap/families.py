@@ -125,12 +125,15 @@ class TruthBackend:
             self._offsets[worker] = rng.lognormvariate(0.0, t.node_sigma) if t.node_sigma else 1.0
         return self._offsets[worker] * (1.0 + t.drift_per_hour * now_s / 3600.0)
 
-    def run_on_worker(self, request: TrialRequest, worker: int, now_s: float) -> TrialResult:
+    def quirks_on(self, worker: int, now_s: float) -> Quirks:
+        """The quirks a run on ``worker`` at ``now_s`` carries: the truth's, at that node's speed."""
         t = self.truth
-        quirks = t.quirks
         if t.node_sigma or t.drift_per_hour:
-            quirks = quirks.with_speed(self.node_speed(worker, now_s))
-        return SimBackend(profile=t.profile, quirks=quirks).run_trial(request)
+            return t.quirks.with_speed(self.node_speed(worker, now_s))
+        return t.quirks
+
+    def run_on_worker(self, request: TrialRequest, worker: int, now_s: float) -> TrialResult:
+        return SimBackend(profile=self.truth.profile, quirks=self.quirks_on(worker, now_s)).run_trial(request)
 
     def run_trial(self, request: TrialRequest) -> TrialResult:
         return self.run_on_worker(request, 0, 0.0)

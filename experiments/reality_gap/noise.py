@@ -30,8 +30,7 @@ def measure(scenario: str, truth_seed: int, runs: int, family: str = DEFAULT_FAM
     backend = TruthBackend(t.draw)
     vals = []
     for k in range(runs):
-        speed = backend.node_speed(k % WORKERS, 0.0) if t.draw.node_sigma else 1.0
-        gt._init(t.space, t.profile, t.draw.quirks.with_speed(speed) if speed != 1.0 else t.draw.quirks)
+        gt._init(t.space, t.profile, backend.quirks_on(k % WORKERS, 0.0))
         vals.append(gt._simulate((0, config, SEED0 + k))[1][t.main])
     mean, free = statistics.mean(vals), float(t.best[t.main])
     return {"scenario": scenario, "metric": t.main, "noise_free": free, "mean": mean,
