@@ -30,7 +30,7 @@ from autotune.deploy.memory import GiB, StartupPrediction
 from autotune.early_stop import EarlyStopRule, StopTally
 from autotune.results import FailureClass, RequestRecord, RequestStatus, TrialResult, TrialStatus
 from autotune.sim.events import Clock, LoadGenerator
-from autotune.sim.hazard import Hazard
+from autotune.sim.hazard import Hazard, run_rng
 from autotune.sim.kv_cache import BlockPool
 from autotune.sim.perf import PerfModel
 from autotune.sim.quirks import NONE, Quirks
@@ -70,7 +70,7 @@ class _Pending:
 class TrialSim:
     def __init__(self, dep: Deployment, startup: StartupPrediction, workload: WorkloadSpec, profile: SimProfile,
                  seed: int = 0, early_stop: EarlyStopRule | None = None, quirks: Quirks = NONE,
-                 field: float = 1.0) -> None:
+                 field: float = 1.0, record_draws: bool = False) -> None:
         self.dep = dep
         self.startup = startup
         self.workload = workload
@@ -80,8 +80,10 @@ class TrialSim:
         self.perf = PerfModel(dep, profile, quirks, field)
         self.memory = StepMemoryModel(dep, profile, self.perf.max_graph_batch)
         self.hazard = Hazard.from_profile(startup.mem.headroom * GiB, profile)
-        # String seeds hash deterministically (sha512), independent of PYTHONHASHSEED.
-        self.rng = random.Random(f"autotune-sim/{workload.seed}/{seed}")
+        self.rng = run_rng(workload.seed, seed)
+        # The crash draws' (p, k), for hazard.survives: only meaningful with noise off, where
+        # they are the only draws.
+        self.draws: list[tuple[float, int]] | None = [] if record_draws and not profile.noise else None
         self.seed = seed
         self.trace: list[TraceRequest] = generate_trace(workload, dep.max_model_len)
         self.total = len(self.trace)
@@ -215,6 +217,8 @@ class TrialSim:
             act *= self.quirks.fragmentation(self.clock.now - self.engine_start_s)
         p = self.hazard.p_step(act, mem.unprofiled)
         st.max_p = max(st.max_p, p)
+        if self.draws is not None:
+            self.draws.append((p, k))
         return Hazard.first_failure(p, k, self.rng)
 
     def _try_decode_run(self) -> bool:
@@ -404,5 +408,6 @@ class TrialSim:
                 "cudagraph_estimate": self.dep.env.estimate_cudagraphs,
                 "mem_gib": mem.as_dict(),
                 "startup_log": list(self.startup.log),
+                **({"crash_draws": self.draws} if self.draws is not None else {}),
             },
         )

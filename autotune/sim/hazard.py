@@ -69,3 +69,24 @@ class Hazard:
         # Geometric: the number of trials to the first failure.
         j = int(math.log(u) / math.log1p(-p)) + 1
         return j if j <= k else 0
+
+
+def run_rng(workload_seed: int, seed: int) -> random.Random:
+    """The RNG of trial ``seed`` of a benchmark: with noise off it draws nothing but
+    :meth:`Hazard.first_failure`'s one number per crash draw. String seeds hash
+    deterministically (sha512), independent of PYTHONHASHSEED."""
+    return random.Random(f"autotune-sim/{workload_seed}/{seed}")
+
+
+def survives(draws: list[tuple[float, int]], workload_seed: int, seed: int) -> bool:
+    """Whether trial ``seed`` would survive every crash draw of a crash-free trial's log.
+
+    With noise off the trial seed moves nothing but the crash draws, so every seed follows
+    the same trajectory up to its first crash: one that survives the log's draws (each
+    ``(p, k)``: a step's crash probability over ``k`` identical steps) *is* the logged trial,
+    value for value, and need not be simulated. The brute force of a truth relies on this
+    (experiments/scenarios/ground_truth.py), where most repeat runs exist only to catch a
+    rare crash."""
+    rng = run_rng(workload_seed, seed)
+    return not any(Hazard.first_failure(p, k, rng) for p, k in draws)
+

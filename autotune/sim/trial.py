@@ -26,7 +26,7 @@ from autotune.workload import WorkloadSpec
 def simulate_trial(model: str, gpu: str, flags: Mapping[str, Any], workload: WorkloadSpec,
                    seed: int = 0, early_stop: EarlyStopRule | None = None, *,
                    env: Mapping[str, str] | None = None, profile: SimProfile = NOMINAL,
-                   quirks: Quirks = NONE) -> TrialResult:
+                   quirks: Quirks = NONE, record_draws: bool = False) -> TrialResult:
     """Start a simulated vLLM with ``flags`` and run the workload's benchmark on it.
 
     ``env`` is the server's environment (a space's ``engine.env``): the vLLM variables that
@@ -37,13 +37,14 @@ def simulate_trial(model: str, gpu: str, flags: Mapping[str, Any], workload: Wor
 
     An unknown model or GPU, or a vLLM variable vLLM could not parse, raises UserError (the
     space is wrong, not the trial); a flag vLLM would reject and a startup that fails come
-    back as startup_failed results. Flags the simulator does not model are ignored (the
+    back as startup_failed results. ``record_draws`` (noise off only) puts the trial's crash
+    draws in ``extra["crash_draws"]``, for :func:`autotune.sim.hazard.survives`. Flags the simulator does not model are ignored (the
     entry points refuse them unless the space opts in), and the result says so in ``warnings``.
     """
     resolve_model(model)
     get_device(gpu)
     VllmEnv.from_env(env)
-    result = _run(model, gpu, flags, workload, seed, early_stop, env, profile, quirks)
+    result = _run(model, gpu, flags, workload, seed, early_stop, env, profile, quirks, record_draws)
     ignored = unmodelled_flags(flags)
     if ignored:
         result.warnings.append(f"the simulator does not model {', '.join(ignored)}: these simulated numbers "
@@ -53,7 +54,7 @@ def simulate_trial(model: str, gpu: str, flags: Mapping[str, Any], workload: Wor
 
 def _run(model: str, gpu: str, flags: Mapping[str, Any], workload: WorkloadSpec, seed: int,
          early_stop: EarlyStopRule | None, env: Mapping[str, str] | None, profile: SimProfile,
-         quirks: Quirks = NONE) -> TrialResult:
+         quirks: Quirks = NONE, record_draws: bool = False) -> TrialResult:
     try:
         dep = resolve_deployment(model, gpu, flags, env)
     except UserError as e:
@@ -66,4 +67,5 @@ def _run(model: str, gpu: str, flags: Mapping[str, Any], workload: WorkloadSpec,
         res.gpus, res.goodput_slo = dep.gpus, workload.goodput_slo
         res.extra = {"simulated": True, "mem_gib": plan.mem.as_dict()}
         return res
-    return TrialSim(dep, plan, workload, profile, seed, early_stop, quirks, quirks.field_factor(flags)).run()
+    return TrialSim(dep, plan, workload, profile, seed, early_stop, quirks, quirks.field_factor(flags),
+                    record_draws).run()

@@ -57,6 +57,7 @@ if not __package__:  # run as a script: make the repository root importable
 
 from autotune.deploy import SimProfile, predict_startup  # noqa: E402
 from autotune.sim import simulate_trial  # noqa: E402
+from autotune.sim.hazard import survives  # noqa: E402
 from autotune.sim.quirks import NONE, Quirks  # noqa: E402
 from autotune.space import SearchSpace, load_space, space_fingerprint  # noqa: E402
 from autotune.study.trials.params import check_constraints  # noqa: E402
@@ -186,10 +187,10 @@ def _simulate(job: tuple[int, dict[str, Any], int]) -> tuple[int, dict[str, Any]
     i, params, seed = job
     sp: SearchSpace = _W["space"]
     res = simulate_trial(sp.engine.model, sp.engine.gpu, _flags(sp, params), sp.workload, seed=seed,
-                         env=sp.engine.env, profile=_W["profile"], quirks=_W.get("quirks", NONE))
+                         env=sp.engine.env, profile=_W["profile"], quirks=_W.get("quirks", NONE), record_draws=True)
     m = res.metrics()
     started = res.status.value == "ok"
-    out = {"started": started, "failure": "" if started else res.failure_reason.splitlines()[0][:200],
+    out = {"_seed": seed, "_draws": res.extra.get("crash_draws"), "started": started, "failure": "" if started else res.failure_reason.splitlines()[0][:200],
            "crashes": res.crashes, "max_step_oom_p": res.extra.get("max_step_oom_p", 0.0),
            "headroom_gib": res.extra.get("mem_gib", {}).get("headroom", math.nan),
            "kv_cache_tokens": res.kv_cache_tokens, "preemptions": res.preemptions}
@@ -244,6 +245,36 @@ def _wanted(runs: list[dict[str, Any]], s: Settings) -> int:
     if (crashed or p >= P_BORDER) and _mean([r["oom_per_1k"] for r in runs]) <= BORDER_OOM:
         return max(s.seeds, s.borderline_seeds)
     return len(runs)
+
+
+def _replayed(runs: list[dict[str, Any]], seed: int, workload_seed: int) -> dict[str, Any] | None:
+    """Run ``seed`` of a config without simulating it, when that is exact: a crash-free run
+    of it logged its crash draws (noise off) and ``seed`` survives them all, so it follows
+    the same trajectory to the same values (autotune.sim.hazard.survives). None: simulate."""
+    template = next((r for r in runs if r["_draws"] is not None and r["crashes"] == 0), None)
+    if template is None or not survives(template["_draws"], workload_seed, seed):
+        return None
+    return {**template, "_seed": seed}
+
+
+def _more_runs(pool: Any, cfgs: Sequence[dict[str, Any]], runs: dict[int, list[dict[str, Any]]],
+               want: Mapping[int, int], settings: Settings, workload_seed: int) -> int:
+    """Bring config ``i`` to ``want[i]`` runs, replaying what need not be simulated; each
+    config's runs in seed order (so a row's mean does not depend on which process finished
+    first). Returns the runs simulated."""
+    todo = []
+    for i, n in want.items():
+        for k in range(len(runs[i]), n):
+            seed = settings.seed(k)
+            if (r := _replayed(runs[i], seed, workload_seed)) is not None:
+                runs[i].append(r)
+            else:
+                todo.append((i, cfgs[i], seed))
+    for i, r in pool.imap_unordered(_simulate, todo, chunksize=4):
+        runs[i].append(r)
+    for i in want:
+        runs[i].sort(key=lambda r: r["_seed"])
+    return len(todo)
 
 
 def _row(params: dict[str, Any], runs: list[dict[str, Any]], predicted_ok: bool) -> dict[str, Any]:
@@ -319,13 +350,14 @@ def run_brute_force(scenario: str, space: SearchSpace, grid: Mapping[str, list],
         else:
             want = {i: _wanted(runs[i], settings) for i in started}
         stages: list[int] = []
+        replayed = 0  # repeat runs known without simulating them (_replayed)
         while want := {i: n for i, n in want.items() if n > len(runs[i])}:
             stages.append(len(want))
-            more = [(i, cfgs[i], settings.seed(k)) for i, n in want.items() for k in range(len(runs[i]), n)]
-            for i, r in pool.imap_unordered(_simulate, more, chunksize=4):
-                runs[i].append(r)
-            log(f"{scenario}: stage {len(stages) + 1}, {len(want)} configs to {max(want.values())} runs, "
-                f"total {time.time() - t0:.0f} s")
+            asked = sum(n - len(runs[i]) for i, n in want.items())
+            simulated = _more_runs(pool, cfgs, runs, want, settings, space.workload.seed)
+            replayed += asked - simulated
+            log(f"{scenario}: stage {len(stages) + 1}, {len(want)} configs to {max(want.values())} runs "
+                f"({simulated} simulated, {asked - simulated} replayed), total {time.time() - t0:.0f} s")
             want = {} if settings.noise else {i: _wanted(runs[i], settings) for i in want}
     mismatches = 0
     for i, ok in predicted.items():
@@ -343,7 +375,7 @@ def run_brute_force(scenario: str, space: SearchSpace, grid: Mapping[str, list],
         "predicted_not_to_start": len(infeasible), "verified_not_to_start": len(sample),
         "simulated_configs": len(stage1), "startable": sum(1 for r in table if r["started"]),
         "stage2_configs": stages[0] if stages else 0, "stage3_configs": stages[1] if len(stages) > 1 else 0,
-        "predict_startup_mismatches": mismatches, "noise": settings.noise,
+        "predict_startup_mismatches": mismatches, "noise": settings.noise, "replayed_runs": replayed,
         "seeds": [settings.seed(k) for k in range(settings.seeds if settings.noise else
                                                   max(settings.seeds, settings.borderline_seeds))],
         "runtime_s": round(time.time() - t0),
@@ -371,7 +403,8 @@ def true_value(space: SearchSpace, params: Mapping[str, Any], profile: SimProfil
     pred = predict_startup(space.engine.model, space.engine.gpu, _flags(space, c), space.engine.env, profile)
     runs = [_simulate((0, c, settings.seed(0)))[1]]
     while (n := (settings.seeds if settings.noise and runs[0]["started"] else _wanted(runs, settings))) > len(runs):
-        runs += [_simulate((0, c, settings.seed(k)))[1] for k in range(len(runs), n)]
+        for k in range(len(runs), n):
+            runs.append(_replayed(runs, settings.seed(k), space.workload.seed) or _simulate((0, c, settings.seed(k)))[1])
     return _row(c, runs, pred.ok)
 
 

@@ -124,6 +124,24 @@ def test_brute_force_marks_rejected_and_unstartable_configs_and_picks_the_target
         gt.target["p99_e2e_s"], gt.target["oom_per_1k"], gt.target["n_seeds"])
 
 
+def test_replayed_repeat_runs_give_the_rows_that_simulating_every_run_gives():
+    """The brute force skips a repeat run whose seed survives a crash-free run's crash draws
+    (autotune.sim.hazard.survives); every row must be what simulating all of them gives."""
+    sp = _small("qwen72b-mixed", 120)
+    grid = {**{k: [v[0]] for k, v in grids.grid_for("qwen72b-mixed").items()},
+            "gpu_memory_utilization": [0.92, 0.95, 0.97], "max_num_seqs": [64, 256]}
+    profile = sp.engine.profile.without_noise()
+    settings = G.Settings(verify=0)
+    gt = G.run_brute_force("t", sp, grid, profile, settings, jobs=2, log=lambda *_: None)
+    assert gt.summary["replayed_runs"] > 0, "nothing replayed: the test would not test it"
+    G._init(sp, profile)
+    for row in gt.rows:
+        params = {p: row[p] for p in gt.params}
+        runs = [G._simulate((0, params, settings.seed(k)))[1] for k in range(max(row["n_seeds"], 1))]
+        direct = G._row(params, runs, row["predicted_ok"])
+        assert json.dumps(direct, sort_keys=True) == json.dumps(row, sort_keys=True)
+
+
 def test_brute_force_maximises_goodput_and_applies_the_spaces_constraints():
     sp = _small("bursty-goodput", 120)
     grid = {"gpu_memory_utilization": [0.92], "max_num_seqs": [32, 1024], "max_num_batched_tokens": [512, 2048],
