@@ -56,6 +56,21 @@ def test_the_trial_by_trial_trace_refuses_evaluation_seeds(capsys):
     assert "--truth-seed 1000: development seeds only" in capsys.readouterr().err
 
 
+def test_the_trace_values_every_measured_config_against_the_refined_best():
+    """Each trial line carries its true regret against the refined best, and a summary says how
+    many measured configs were within 2 % of it: whether the search found the best at all,
+    whatever it exported. A development truth whose refinement is committed, a cheap strategy."""
+    from experiments.reality_gap.trace import trace
+
+    lines = trace("small-highconc", 0, 0, "random")
+    assert "refined best" in lines[0]
+    trials = [x for x in lines[1:] if x[:1].isdigit()]
+    assert trials and all(" regret " in x for x in trials)
+    summary = next(x for x in lines if x.startswith("measured: "))
+    configs, within = (int(w) for w in summary.split()[1:4:2])
+    assert 0 <= within <= configs <= len(trials)
+
+
 def test_the_refined_best_gets_its_own_column_and_goal_row(tmp_path):
     """Rows scored against the space's refined best (refine.py) are counted apart from the grid's best;
     rows scored before it show no figure there rather than a wrong one."""
