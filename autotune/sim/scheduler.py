@@ -83,9 +83,27 @@ class Scheduler:
         budget = self.budget
         running, pool = self.running, self.pool
         preempted = False
+        bs = pool.block_size
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
+            ctx = req.num_computed
+            if req.prompt_len + req.generated - ctx == 1 and -(-(ctx + 1) // bs) <= req.shared_held + req.private_blocks:
+                # The common case, inlined for speed: a decode step in a block it already holds
+                # (what _chunk, pool.allocate, plan.add and _cache do for it, in that order).
+                plan.items.append((req, 1))
+                plan.tokens += 1
+                plan.attn_work += ctx + 1.0
+                plan.kv_read += ctx
+                if req.prompt_logprobs:
+                    plan.plp_rows.append(max(0, min(1, req.prompt_len - 1 - ctx)))
+                if req.logprobs:
+                    plan.logprobs = True
+                if len(req.block_keys) > req.shared_held:
+                    pool.register(req, ctx + 1)
+                budget -= 1
+                i += 1
+                continue
             n = self._chunk(req, min(req.num_tokens - req.num_computed, budget))
             scheduled = True
             while not pool.allocate(req, n):
@@ -162,7 +180,7 @@ class Scheduler:
             req.num_computed += n
             if req.prompt_logprobs and req.num_computed >= req.prompt_len:
                 req.prompt_logprobs = False  # done; not again after a preemption (vLLM V1 and V2)
-            if req.num_computed == req.num_tokens:
+            if req.num_computed == req.prompt_len + req.generated:  # == num_tokens, inlined
                 req.generated += 1
                 if req.first_token_s is None:
                     req.first_token_s = t_end
@@ -188,7 +206,7 @@ class Scheduler:
             return 0
         k = cap
         for r in running:
-            if r.num_tokens - r.num_computed != 1:
+            if r.prompt_len + r.generated - r.num_computed != 1:  # not decoding (num_tokens, inlined)
                 return 0
             if r.remaining_output < k:
                 k = r.remaining_output

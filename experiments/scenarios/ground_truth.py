@@ -261,20 +261,26 @@ def _more_runs(pool: Any, cfgs: Sequence[dict[str, Any]], runs: dict[int, list[d
                want: Mapping[int, int], settings: Settings, workload_seed: int) -> int:
     """Bring config ``i`` to ``want[i]`` runs, replaying what need not be simulated; each
     config's runs in seed order (so a row's mean does not depend on which process finished
-    first). Returns the runs simulated."""
-    todo = []
-    for i, n in want.items():
-        for k in range(len(runs[i]), n):
-            seed = settings.seed(k)
-            if (r := _replayed(runs[i], seed, workload_seed)) is not None:
+    first). A config with no crash-free run yet gets one simulated run a round, since the
+    first that survives lets the rest be replayed. Returns the runs simulated."""
+    simulated = 0
+    while True:
+        todo = []
+        for i, n in want.items():
+            for k in range(len(runs[i]), n):
+                seed = settings.seed(k)
+                if (r := _replayed(runs[i], seed, workload_seed)) is None:
+                    todo.append((i, cfgs[i], seed))
+                    break
                 runs[i].append(r)
-            else:
-                todo.append((i, cfgs[i], seed))
-    for i, r in pool.imap_unordered(_simulate, todo, chunksize=4):
-        runs[i].append(r)
+        if not todo:
+            break
+        for i, r in pool.imap_unordered(_simulate, todo, chunksize=4):
+            runs[i].append(r)
+        simulated += len(todo)
     for i in want:
         runs[i].sort(key=lambda r: r["_seed"])
-    return len(todo)
+    return simulated
 
 
 def _row(params: dict[str, Any], runs: list[dict[str, Any]], predicted_ok: bool) -> dict[str, Any]:
