@@ -27,6 +27,11 @@ only randomness is the runtime-OOM hazard's draws, so:
    runs to the configs that can matter (main objective within ``--near`` of the best at
    <= 1 OOM/1k, any 0 < OOM/1k < 1000, or on the stage-1 front); there is no stage 3.
 
+With noise off most repeat runs of stages 2 and 3 are not simulated: a seed that survives
+every crash draw a crash-free run of the config logged *is* that run
+(``autotune.sim.hazard.survives``), so it is replayed; the rows are the same either way
+(``experiments.reality_gap.brute_force_time`` checks a cached truth value for value).
+
 The main objective is the space's objective that is not oom_per_1k (p99_e2e_s, or
 goodput_rps_per_gpu maximised); the target is its best value with oom_per_1k <= 1; the front
 is the Pareto set of (oom_per_1k, main objective). Results are cached under
@@ -190,7 +195,8 @@ def _simulate(job: tuple[int, dict[str, Any], int]) -> tuple[int, dict[str, Any]
                          env=sp.engine.env, profile=_W["profile"], quirks=_W.get("quirks", NONE), record_draws=True)
     m = res.metrics()
     started = res.status.value == "ok"
-    out = {"_seed": seed, "_draws": res.extra.get("crash_draws"), "started": started, "failure": "" if started else res.failure_reason.splitlines()[0][:200],
+    out = {"_seed": seed, "_draws": res.extra.get("crash_draws"),  # for _replayed; not in a row
+           "started": started, "failure": "" if started else res.failure_reason.splitlines()[0][:200],
            "crashes": res.crashes, "max_step_oom_p": res.extra.get("max_step_oom_p", 0.0),
            "headroom_gib": res.extra.get("mem_gib", {}).get("headroom", math.nan),
            "kv_cache_tokens": res.kv_cache_tokens, "preemptions": res.preemptions}
