@@ -62,7 +62,9 @@ def trace(scenario: str, truth_seed: int, study_seed: int, strategy: str = "auto
     if pick is None:
         lines.append("export: nothing to export")
     else:
-        lines.append(f"export: trial {pick.trial.number} ({pick.rule}); regret {truth.regret(truth.value(pick.config.flags)):.4f}")
+        row = truth.value(pick.config.flags)
+        lines.append(f"export: trial {pick.trial.number} ({pick.rule}); regret {truth.regret(row):.4f} against the "
+                     f"grid's best, {truth.regret(row, best):.4f} against the refined best")
         lines.extend(f"  note: {n}" for n in pick.notes)
     return lines
 
