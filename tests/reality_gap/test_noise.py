@@ -48,3 +48,28 @@ def test_the_constants_family_runs_the_perturbed_profile_alone(tiny, monkeypatch
                                                                                real_init(space, profile, quirks)))
     noise.measure(tiny, 0, 3, family="constants")
     assert seen and all(q == gt.NONE for q in seen)
+
+
+def test_the_noise_ablation_switches_off_only_the_parts_named_and_keeps_the_truth(tiny):
+    """noise_ablation.py runs a study against a quieter truth and scores it against the same one:
+    the brute force (the grid, the noise-free values) is shared, and only the named parts go."""
+    from experiments.reality_gap import noise_ablation
+
+    truth = Truth.load(tiny, 0, jobs=1)
+    assert truth.draw.node_sigma > 0 and truth.draw.quirks.outlier_chance > 0 and truth.draw.quirks.kv_jitter > 0
+    nodes = noise_ablation.quieter(truth, ("nodes",))
+    assert nodes.grid is truth.grid and nodes.draw.quirks == truth.draw.quirks
+    assert (nodes.draw.node_sigma, nodes.draw.drift_per_hour) == (0.0, 0.0)
+    assert nodes.backend().node_speed(3, 7200.0) == 1.0
+    rest = noise_ablation.quieter(truth, ("outliers", "kv"))
+    assert rest.draw.node_sigma == truth.draw.node_sigma
+    assert (rest.draw.quirks.outlier_chance, rest.draw.quirks.kv_jitter) == (0.0, 0.0)
+    assert dataclasses.replace(rest.draw.quirks, outlier_chance=truth.draw.quirks.outlier_chance,
+                               kv_jitter=truth.draw.quirks.kv_jitter) == truth.draw.quirks
+
+
+def test_the_noise_ablation_refuses_evaluation_truths(capsys):
+    from experiments.reality_gap import noise_ablation
+
+    assert noise_ablation.main(["--scenario", "small-highconc", "--truth-seeds", "1000", "--without", "kv"]) == 2
+    assert "development seeds only" in capsys.readouterr().err
