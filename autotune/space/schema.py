@@ -316,6 +316,9 @@ class StrategySection(_Strict):
     # model proves wrong. Samplers autotune, tpe and random, like the screen.
     sweep: bool = True
     sweep_pool: int = Field(default=600, ge=10)  # configs the sweep ranks (a seeded sample if more)
+    # Off (0) by default: once this share of study.trials has been measured, the sweep proposes only
+    # configs within two flags of the best measured one (a trust region, as TuRBO; docs/search.md).
+    sweep_local_from: float = Field(default=0.0, ge=0.0, le=1.0)
     _base_profile: SimProfile = PrivateAttr(default=NOMINAL)
 
     @model_validator(mode="after")

@@ -72,6 +72,9 @@ ABLATIONS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # the search; whether a race under the structural truths' noise is short of runs (README,
     # "Sweep changes tried on the flagship and not adopted").
     "autotune-race9": ({}, {"repeats": 3}),
+    # Tried on the flagship's development truths (README, "Did the search measure a config within 2 %"):
+    # the sweep's second half kept to a trust region around the measured leader.
+    "autotune-local": ({"sweep_local_from": 0.5}, {}),
 }
 BASELINES = ("random", "tpe", "grid", "tpe-confirm", "sim-best", "auto-tune-sh")
 # tpe-confirm with the same part on (README, "Leader repeats"); not a baseline a user tries first.

@@ -112,6 +112,25 @@ def test_first_sample_is_the_models_best_and_no_config_is_launched_twice():
     assert model.calls <= len(sampler.pool) + len(trials)
 
 
+def test_the_trust_region_keeps_late_launches_near_the_best_measured_config():
+    """study.strategy.sweep_local_from: once that share of the trial budget is measured, every
+    sweep launch is within LOCAL_FLAGS flags of the best measured config at that moment."""
+    from autotune.study.search.sweep import LOCAL_FLAGS
+
+    sp = small_highconc(warm_start=False, early_stop=False, sweep_local_from=0.25)
+    sp = sp.model_copy(update={"study": sp.study.model_copy(update={"trials": 12})})
+    sampler, study = _sweep_study(sp, Table(sp))
+    H.TrialLoop(study, sp, H.SimClockPool(1), target=12, seed=0).run()
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    local = [n for n, why in sampler.decisions.items() if "of the leader" in why]
+    assert local and min(local) >= 3  # not before a quarter of 12 trials is measured
+    for n in local:
+        done = [t for t in trials[:n] if t.values]
+        leader = min(done, key=lambda t: t.values[1]).params  # p99, the Table's metric
+        assert sum(trials[n].params[k] != leader[k] for k in leader) <= LOCAL_FLAGS
+    assert StrategySection().sweep_local_from == 0.0  # off unless a space asks
+
+
 def test_a_model_proved_wrong_hands_over_to_the_sampler():
     sp = small_highconc(warm_start=False, early_stop=False)
     sampler, study = _sweep_study(sp, Table(sp, flip=True))

@@ -49,6 +49,7 @@ RANGE_POINTS = 12  # values of a stepped or continuous range in the pool
 TRUST_AFTER = 6  # measured configs before the model is judged
 DISPROVED = 9.0  # residual variance beyond the shared scale, in run variances (3 sd): model disproved
 KAPPA = 1.0  # confidence-bound width, in GP standard deviations
+LOCAL_FLAGS = 2  # the trust region (study.strategy.sweep_local_from): configs this many flags from the leader
 
 
 CENSORED_WEIGHT = 0.5  # an early-stopped config's imputed residual counts as half a run
@@ -262,6 +263,7 @@ class SweepSampler(WrappingSampler):
             if strategy.prune_reason(self.predictor, flags, Role.SEARCH):
                 continue
             cands.append((params, math.log(main)))
+        cands, local = self._trust_region(cands, data, len(points))
         if not cands:
             return None, "fallback: no candidate left in the pool"
         x = np.array([encode(self.space, p) for p, _ in cands])
@@ -273,7 +275,23 @@ class SweepSampler(WrappingSampler):
         sign = -1.0 if self.rank.maximize else 1.0
         bound = sign * (base + mu) - KAPPA * sd  # lower is better, optimistic
         best = int(np.argmin(bound))
-        return as_choice(self.space, cands[best][0]), f"sweep: {len(cands)} candidates, {len(points)} measured"
+        where = f" within {LOCAL_FLAGS} flags of the leader" if local else ""
+        return as_choice(self.space, cands[best][0]), f"sweep: {len(cands)} candidates{where}, {len(points)} measured"
+
+    def _trust_region(self, cands: list[tuple[dict[str, Any], float]], data: Sequence[Measured],
+                      measured: int) -> tuple[list[tuple[dict[str, Any], float]], bool]:
+        """The candidates within ``LOCAL_FLAGS`` flags of the best measured config, once
+        ``sweep_local_from`` of the trial budget is measured (and any are left); else all.
+        Late in a budget the confidence bound still reads every unmeasured corner's prior
+        spread as promise; near the leader a launch refines what is known to be good."""
+        share = self.space.study.strategy.sweep_local_from
+        full = [m for m in data if m.values]
+        if not share or measured < share * self.space.study.trials or not full:
+            return cands, False
+        sign = -1.0 if self.rank.maximize else 1.0
+        leader = min(full, key=lambda m: sign * m.log_mean).flags
+        near = [c for c in cands if sum(not _same(v, leader.get(n)) for n, v in c[0].items()) <= LOCAL_FLAGS]
+        return (near, True) if near else (cands, False)
 
     def _residual_gp(self, points: Sequence[tuple[float, Measured]]) -> ResidualGP | None:
         """The GP of log(measured) - log(predicted) over the measured configs; a censored
@@ -298,6 +316,12 @@ class SweepSampler(WrappingSampler):
         w = np.array([m.weight for _, m in points])
         excess = float(np.sum(w * (gp.r - gp.mean) ** 2) / len(gp.r))  # per-run variance units
         return excess > DISPROVED * gp.run_sd ** 2
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return b is not None and a is not None and abs(float(a) - float(b)) < 1e-9
+    return bool(a == b)
 
 
 def impute_censored(x: np.ndarray, r: np.ndarray, weights: Sequence[float], censored: np.ndarray,
