@@ -23,6 +23,7 @@ from pathlib import Path
 
 from autotune.errors import UserError
 from experiments.reality_gap import refine, seeds
+from experiments.reality_gap.bench import seeds as seed_list
 from experiments.reality_gap.run import run_strategy, score_case
 from experiments.reality_gap.truth import Truth
 
@@ -51,16 +52,11 @@ def case(scenario: str, truth_seed: int, study_seed: int, strategy: str, without
     return out
 
 
-def _seeds(text: str) -> list[int]:
-    lo, _, hi = text.partition("-")
-    return list(range(int(lo), int(hi or lo) + 1))
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenario", required=True)
-    ap.add_argument("--truth-seeds", type=_seeds, required=True, help="e.g. 0-3 (development seeds only)")
-    ap.add_argument("--study-seeds", type=_seeds, default=[0])
+    ap.add_argument("--truth-seeds", type=seed_list, required=True, help="0-3 or 0,2 (development seeds only)")
+    ap.add_argument("--study-seeds", type=seed_list, default=[0])
     ap.add_argument("--strategy", default="autotune")
     ap.add_argument("--without", nargs="+", choices=PARTS, required=True)
     ap.add_argument("--out", type=Path, help="append one JSON row per case here (default: print them)")
