@@ -89,4 +89,3 @@ def survives(draws: list[tuple[float, int]], workload_seed: int, seed: int) -> b
     rare crash."""
     rng = run_rng(workload_seed, seed)
     return not any(Hazard.first_failure(p, k, rng) for p, k in draws)
-

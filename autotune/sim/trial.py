@@ -38,8 +38,9 @@ def simulate_trial(model: str, gpu: str, flags: Mapping[str, Any], workload: Wor
     An unknown model or GPU, or a vLLM variable vLLM could not parse, raises UserError (the
     space is wrong, not the trial); a flag vLLM would reject and a startup that fails come
     back as startup_failed results. ``record_draws`` (noise off only) puts the trial's crash
-    draws in ``extra["crash_draws"]``, for :func:`autotune.sim.hazard.survives`. Flags the simulator does not model are ignored (the
-    entry points refuse them unless the space opts in), and the result says so in ``warnings``.
+    draws in ``extra["crash_draws"]``, for :func:`autotune.sim.hazard.survives`. Flags the
+    simulator does not model are ignored (the entry points refuse them unless the space opts
+    in), and the result says so in ``warnings``.
     """
     resolve_model(model)
     get_device(gpu)

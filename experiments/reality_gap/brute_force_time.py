@@ -13,19 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from typing import Any
 
 from experiments.reality_gap.families import DEFAULT_FAMILY, FAMILIES
 from experiments.reality_gap.truth import is_cached, scenario_space, truth_dir, truth_draw
 from experiments.scenarios import ground_truth as gt
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    return str(a) == str(b) if not isinstance(a, float) else a == b
 
 
 def check(scenario: str, seed: int, jobs: int, family: str = DEFAULT_FAMILY) -> dict[str, Any]:
@@ -38,7 +31,7 @@ def check(scenario: str, seed: int, jobs: int, family: str = DEFAULT_FAMILY) -> 
     t0 = time.time()
     new = gt.run_brute_force(scenario, space, gt.scenario_grid(scenario, space), draw.profile.without_noise(),
                              gt.Settings(), jobs, lambda *_: None, draw.quirks)
-    differ = sum(not _same(a[k], b[k]) for a, b in zip(cached.rows, new.rows, strict=True) for k in a)
+    differ = sum(json.dumps(a[k]) != json.dumps(b[k]) for a, b in zip(cached.rows, new.rows, strict=True) for k in a)
     return {"scenario": scenario, "truth_seed": seed, "jobs": jobs, "runtime_s": round(time.time() - t0),
             "cached_runtime_s": cached.summary.get("runtime_s"), "cached_jobs": cached.summary.get("jobs"),
             "configs": new.summary["configs"], "stage2_configs": new.summary["stage2_configs"],

@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from autotune.errors import UserError
+from autotune.study.analysis import config_key
 from experiments.reality_gap import refine, score, seeds
 from experiments.reality_gap.run import run_strategy
 from experiments.reality_gap.truth import Truth
@@ -50,7 +51,7 @@ def trace(scenario: str, truth_seed: int, study_seed: int, strategy: str = "auto
         true = row[main] if row is not None else None
         regret = truth.regret(row, best) if row is not None else None
         if row is not None and not math.isnan(regret):
-            found[str(sorted(truth.params(r.flags).items()))] = regret if gt.feasible(row, main) else math.inf
+            found[config_key(truth.params(r.flags))] = regret if gt.feasible(row, main) else math.inf
         lines.append(f"{r.number} {r.role} {r.shown_state}{' early-stopped' if r.early_stopped else ''} "
                      f"{r.params} measured {measured if measured is None else round(measured, 3)} "
                      f"true {true if true is None else round(true, 3)} "

@@ -290,7 +290,7 @@ class SweepSampler(WrappingSampler):
             return cands, False
         sign = -1.0 if self.rank.maximize else 1.0
         leader = min(full, key=lambda m: sign * m.log_mean).flags
-        near = [c for c in cands if sum(not _same(v, leader.get(n)) for n, v in c[0].items()) <= LOCAL_FLAGS]
+        near = [c for c in cands if sum(v != leader.get(n) for n, v in c[0].items()) <= LOCAL_FLAGS]
         return (near, True) if near else (cands, False)
 
     def _residual_gp(self, points: Sequence[tuple[float, Measured]]) -> ResidualGP | None:
@@ -316,12 +316,6 @@ class SweepSampler(WrappingSampler):
         w = np.array([m.weight for _, m in points])
         excess = float(np.sum(w * (gp.r - gp.mean) ** 2) / len(gp.r))  # per-run variance units
         return excess > DISPROVED * gp.run_sd ** 2
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, float) or isinstance(b, float):
-        return b is not None and a is not None and abs(float(a) - float(b)) < 1e-9
-    return bool(a == b)
 
 
 def impute_censored(x: np.ndarray, r: np.ndarray, weights: Sequence[float], censored: np.ndarray,
