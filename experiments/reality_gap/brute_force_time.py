@@ -6,13 +6,14 @@ table is the cached one value for value. SIMULATED (autotune.sim); CPU seconds o
 The brute force replays repeat runs that a crash-free run's crash draws show to be that
 run (autotune.sim.hazard.survives): this checks that the replay changed no row of any
 committed truth it is run on, and times it against the ``runtime_s`` the cache recorded
-(with its ``jobs``). Nothing is written.
+(with its ``jobs``); each stage's time goes to stderr. Nothing is written.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any
 
@@ -30,7 +31,7 @@ def check(scenario: str, seed: int, jobs: int, family: str = DEFAULT_FAMILY) -> 
     cached = gt.read(scenario, space, truth_dir(scenario, seed, family))
     t0 = time.time()
     new = gt.run_brute_force(scenario, space, gt.scenario_grid(scenario, space), draw.profile.without_noise(),
-                             gt.Settings(), jobs, lambda *_: None, draw.quirks)
+                             gt.Settings(), jobs, lambda line: print(line, file=sys.stderr), draw.quirks)
     differ = sum(json.dumps(a[k]) != json.dumps(b[k]) for a, b in zip(cached.rows, new.rows, strict=True) for k in a)
     return {"scenario": scenario, "truth_seed": seed, "jobs": jobs, "runtime_s": round(time.time() - t0),
             "cached_runtime_s": cached.summary.get("runtime_s"), "cached_jobs": cached.summary.get("jobs"),
