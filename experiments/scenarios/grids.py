@@ -14,6 +14,7 @@ float's range): ``check`` enforces it.
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 from autotune.space import SearchSpace
@@ -99,10 +100,50 @@ def grid_for(scenario: str) -> dict[str, list[Any]]:
     return GRIDS[scenario]
 
 
+# The most configs a brute force visits (``capped``). The flagship's 1,320 take 163 s on 2
+# cores (experiments/reality_gap/README.md, "Brute-force cost"), and issue 18 asks for a
+# truth's brute force in at most 3 minutes there.
+MAX_CONFIGS = 1_500
+
+
 def derived(space: SearchSpace) -> dict[str, list[Any]]:
     """The grid of a space that has no hand-placed one (a space given by path): each param's
     ``grid_values`` at the space's ``study.grid_points``, as the grid sampler visits it."""
     return {name: p.grid_values(space.study.grid_points) for name, p in space.params.items()}
+
+
+def size(grid: dict[str, list[Any]]) -> int:
+    """How many configs the grid holds (before the space's constraints reject any)."""
+    return math.prod(len(v) for v in grid.values())
+
+
+def capped(grid: dict[str, list[Any]], max_configs: int = MAX_CONFIGS) -> dict[str, list[Any]]:
+    """``grid`` with at most ``max_configs`` configs where thinning can get there: while it holds
+    more, the param with the most values (the first such, in the grid's order) loses one.
+
+    Thinning keeps a param's first and last values and spreads the rest evenly *by position*,
+    so a hand-placed grid stays densest where it was placed densest, and a param never drops
+    below two values: a grid of only two-valued params is returned as it is. A space given by
+    path can search many flags (ten at four points is a million configs), and the search
+    benchmark's qwen72b grid holds 7,600; without the cap either brute force runs for hours.
+    refine.py searches a finer ladder of every flag from the grid's best, so the truth's best
+    over the space does not depend on the cap."""
+    counts = {name: len(values) for name, values in grid.items()}
+    while math.prod(counts.values()) > max_configs:
+        name = max(counts, key=lambda n: counts[n])
+        if counts[name] <= 2:
+            break
+        counts[name] -= 1
+    # Thinned once from the full list: thinning step by step would pile the kept values up at the ends.
+    return {name: _thin(list(values), counts[name]) for name, values in grid.items()}
+
+
+def _thin(values: list[Any], k: int) -> list[Any]:
+    """``k`` of ``values``: the ends and evenly spaced positions between them."""
+    n = len(values)
+    if k >= n:
+        return values
+    return [values[round(i * (n - 1) / (k - 1))] for i in range(k)]
 
 
 def check(grid: dict[str, list[Any]], space: SearchSpace) -> None:

@@ -146,10 +146,11 @@ def space_path(scenario: str) -> Path:
 
 def scenario_grid(scenario: str, space: SearchSpace) -> dict[str, list[Any]]:
     """The brute force's grid: the hand-placed one of a named scenario (grids.py), or, for a
-    space given by path, the space's own grid (``grid_points`` values of each param)."""
+    space given by path, the space's own grid (``grid_points`` values of each param); either
+    thinned to ``grids.MAX_CONFIGS`` configs where larger (``grids.capped``)."""
     if is_path(scenario) and scenario not in grids.GRIDS:
-        return grids.derived(space)
-    return grids.grid_for(scenario)
+        return grids.capped(grids.derived(space))
+    return grids.capped(grids.grid_for(scenario))
 
 
 def scenario_name(scenario: str) -> str:

@@ -185,3 +185,47 @@ def test_a_tiny_study_runs_on_a_shipped_scenario(ray_cluster, tmp_path, capsys):
     assert len(launched) == 4 and all(math.isfinite(t["values"][1]) for t in launched)
     assert trials[0]["role"] == "baseline"
     assert trials[0]["params"] == baseline_params(load_space(G.space_path("trace-replay")))
+
+
+def test_a_large_grid_is_thinned_to_the_cap_keeping_each_flags_ends():
+    """A space given by path may search many flags; its brute force visits at most MAX_CONFIGS configs."""
+    grid = {"a": list(range(19)), "b": [1, 2, 4, 8, 16], "c": [False, True], "d": ["x", "y", "z"]}
+    out = grids.capped(grid, max_configs=96)
+    assert grids.size(out) <= 96 < grids.size(grid)
+    assert list(out) == list(grid)
+    for name, values in out.items():
+        assert len(values) >= 2 and values[0] == grid[name][0] and values[-1] == grid[name][-1]
+        assert values == sorted(set(values), key=grid[name].index)  # a subset, in order, no repeats
+    assert out["a"] == [0, 6, 12, 18]  # evenly by position, thinned once (not piled up at the ends)
+    assert grids.capped(grid, max_configs=10_000) == grid
+    two = {n: [0, 1] for n in "abcdefghijkl"}  # 4,096 configs that thinning cannot shrink
+    assert grids.capped(two, max_configs=96) == two
+
+
+@pytest.mark.parametrize("name", [*SCENARIOS, "qwen72b"])
+def test_every_named_scenarios_brute_force_fits_the_cap(name):
+    """The hand-placed grids are within the cap and used as placed; qwen72b's search-benchmark
+    grid (7,600 configs) is thinned for the reality gap's brute force."""
+    sp = load_space(G.space_path(name))
+    grid = G.scenario_grid(name, sp)
+    grids.check(grid, sp)
+    assert grids.size(grid) <= grids.MAX_CONFIGS
+    assert (grid == grids.grid_for(name)) == (name != "qwen72b")
+
+
+def test_a_space_given_by_path_with_many_flags_gets_a_capped_grid(tmp_path):
+    text = (REPO / "search_spaces" / "qwen72b-mixed.yaml").read_text()
+    text = text.replace("  kv_cache_dtype: {type: categorical, choices: [auto, fp8]}\n",
+                        "  kv_cache_dtype: {type: categorical, choices: [auto, fp8]}\n"
+                        "  enable_chunked_prefill: {type: bool}\n"
+                        "  disable_custom_all_reduce: {type: bool}\n")
+    text = text.replace("path: ../data/traces/", f"path: {REPO / 'data' / 'traces'}/")
+    path = tmp_path / "wide.yaml"
+    path.write_text(text)
+    sp = load_space(path)
+    assert {"enable_chunked_prefill", "disable_custom_all_reduce"} <= set(sp.params)
+    full = grids.derived(sp)
+    assert grids.size(full) > grids.MAX_CONFIGS
+    grid = G.scenario_grid(str(path), sp)
+    grids.check(grid, sp)
+    assert set(grid) == set(sp.params) and grids.size(grid) <= grids.MAX_CONFIGS
