@@ -21,6 +21,7 @@ import json
 import math
 import random
 import statistics
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -152,12 +153,20 @@ def verdict(diff: float, ci: tuple[float, float], better_is_lower: bool) -> str:
     return "tied within the interval"
 
 
-def report(rows: list[dict[str, Any]]) -> list[str]:
+# What each seed kind's report is (seeds.py): a development report is no goal figure.
+KIND_LINES = {
+    "eval": "Evaluation truth seeds only",
+    "dev": "Development truth seeds only (looked at while developing: not the goal figures)",
+    "other": "Truth seeds outside the development and evaluation sets only",
+}
+
+
+def report(rows: list[dict[str, Any]], kind: str = "eval",
+           command: str = ".venv/bin/python -m experiments.reality_gap.evaluation") -> list[str]:
     scenarios = sorted({r["scenario"] for r in rows})
     out = ["# Reality gap, structural truths (issue 18): results", "",
            "**SIMULATED** (autotune.sim with structural quirks and a cluster's noise; no GPU was used). "
-           f"Evaluation truth seeds only; {len(rows)} rows. Command: "
-           "`.venv/bin/python -m experiments.reality_gap.evaluation`.", ""]
+           f"{KIND_LINES[kind]}; {len(rows)} row{'' if len(rows) == 1 else 's'}. Command: `{command}`.", ""]
     for sc in scenarios:
         rs = [r for r in rows if r["scenario"] == sc]
         truths = sorted({r["truth_seed"] for r in rs})
@@ -232,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="default: results.md beside --runs")
     args = ap.parse_args(argv)
     rows = load(args.runs, args.family, args.kind)
-    text = "\n".join(report(rows)) + "\n"
+    command = " ".join([".venv/bin/python -m experiments.reality_gap.evaluation", *(argv if argv is not None else sys.argv[1:])])
+    text = "\n".join(report(rows, args.kind, command)) + "\n"
     out = args.out or args.runs.parent / ("results.md" if args.kind == "eval" else f"results-{args.kind}.md")
     out.write_text(text)
     print(text)

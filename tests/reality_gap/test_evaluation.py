@@ -40,6 +40,11 @@ def test_report_keeps_eval_rows_pairs_cases_and_reads_goals(tmp_path):
     assert ("ahead of auto-tune-sh on every scenario (within-2 % rate, paired; regret AUC in brackets) | "
             "a: ahead (AUC: ahead); b: ahead (AUC: ahead) | yes |") in goals
     assert "| 0 autotune exports over the true OOM limit | 0 | yes |" in goals
+    assert "Evaluation truth seeds only; 48 rows. Command: `.venv/bin/python -m experiments.reality_gap.evaluation --runs" in text
+    E.main(["--runs", str(path), "--kind", "dev"])
+    dev = (tmp_path / "results-dev.md").read_text()
+    assert "Development truth seeds only (looked at while developing: not the goal figures); 1 row." in dev
+    assert "Evaluation truth seeds" not in dev and "--kind dev`" in dev
 
 
 def test_a_tie_is_said_as_one_and_a_bootstrap_is_deterministic():
