@@ -22,16 +22,20 @@ import math
 import sys
 from typing import Any
 
+from autotune.space import SearchSpace
 from autotune.study.analysis.evidence import summarize
 from autotune.study.analysis.export_rule import DEFAULT_MAX_OOM_PER_1K, MEASURED, Ranking, tier
 from experiments.reality_gap import score as S
 from experiments.reality_gap import seeds
 from experiments.reality_gap.bench import seeds as seed_list
+from experiments.reality_gap.families import TruthBackend
 from experiments.reality_gap.run import run_strategy
+from experiments.reality_gap.study import WORKERS
 from experiments.reality_gap.truth import Truth
 from experiments.scenarios import ground_truth as gt_mod
 
 TOP = 8  # configs listed per case, by the rule's ranking
+SOAK_SEED0 = 9001  # server-start seeds of the soak probe that no study or brute force uses
 # Flags whose larger value never lowers a step's memory need: a larger gpu_memory_utilization
 # leaves less headroom, a larger token budget or batch gives a larger step (activations, logits).
 RISK_UP = ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs")
@@ -45,7 +49,33 @@ def at_most_as_risky(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return all(a.get(k) is None or b.get(k) is None or a[k] <= b[k] for k in RISK_UP)
 
 
-def case(scenario: str, truth_seed: int, study_seed: int) -> dict[str, Any]:
+def soaked(space: SearchSpace, passes: int) -> SearchSpace:
+    """``space`` with its benchmark's requests sent ``passes`` times in a row (a trace's rows
+    repeated): one server start then serves ``passes`` benchmarks. Closed loop only, since an
+    open loop's or a timed trace's clock would have to repeat too."""
+    wl = space.workload
+    if not wl.closed_loop:
+        raise ValueError("the soak probe repeats a closed-loop benchmark; this one's arrivals are timed")
+    soak = wl.model_copy(update={"num_requests": wl.num_requests * passes})
+    soak._trace_rows = list(wl.trace_rows) * passes if wl.trace is not None else []
+    return space.model_copy(update={"workload": soak})
+
+
+def runs_with_oom(truth: Truth, params: dict[str, Any], passes: int, runs: int) -> float:
+    """The share of ``runs`` noisy server starts of ``params`` that lose any request to an OOM
+    when the benchmark runs ``passes`` times back to back on one engine (its requests repeated,
+    so the engine's uptime, and with it the truth's fragmentation, grows ``passes`` times as far
+    as in one benchmark). Start k runs on worker k mod ``study.WORKERS``, as a study's would."""
+    space, backend = soaked(truth.space, passes), TruthBackend(truth.draw)
+    hit = 0
+    for k in range(runs):
+        gt_mod._init(space, truth.profile, backend.quirks_on(k % WORKERS, 0.0))
+        out = gt_mod._simulate((0, params, SOAK_SEED0 + k))[1]
+        hit += out["started"] and (out["oom_per_1k"] > 0 or out["crashes"] > 0)
+    return hit / runs
+
+
+def case(scenario: str, truth_seed: int, study_seed: int, soak: int = 0, soak_runs: int = 20) -> dict[str, Any]:
     truth = Truth.load(scenario, truth_seed)
     bench = run_strategy(truth, "autotune", study_seed, truth.space.study.trials)
     space, rank = bench.space, Ranking.for_space(bench.space)
@@ -72,7 +102,11 @@ def case(scenario: str, truth_seed: int, study_seed: int) -> dict[str, Any]:
             "regret_pct": None if math.isnan(r := truth.regret(t)) else round(100 * r, 1),
             "flags": {k: params[k] for k in ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs")
                       if k in params},
+            "params": params,
         })
+        if soak:
+            rows[-1].update(plain_runs_with_oom=runs_with_oom(truth, params, 1, soak_runs),
+                            soak_runs_with_oom=runs_with_oom(truth, params, soak, soak_runs))
     return {"note": "SIMULATED", "scenario": scenario, "truth_seed": truth_seed, "study_seed": study_seed,
             "mechanisms": list(truth.draw.mechanisms), "configs": rows}
 
@@ -82,9 +116,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenario", required=True)
     ap.add_argument("--truth-seeds", type=seed_list, required=True, help="development seeds: '0-3' or '0,2'")
     ap.add_argument("--study-seeds", type=seed_list, default=[0])
+    ap.add_argument("--soak", type=int, default=0, metavar="PASSES",
+                    help="also give, per config, the share of noisy runs with an OOM in one benchmark and in "
+                         "PASSES benchmarks back to back on one engine (a soak); 0: off")
+    ap.add_argument("--soak-runs", type=int, default=20, help="runs per config for each share (default 20)")
     args = ap.parse_args(argv)
-    return seeds.print_dev_rows(args.truth_seeds, lambda: (case(args.scenario, s, m) for s in args.truth_seeds
-                                                           for m in args.study_seeds))
+    return seeds.print_dev_rows(args.truth_seeds, lambda: (case(args.scenario, s, m, args.soak, args.soak_runs)
+                                                           for s in args.truth_seeds for m in args.study_seeds))
 
 
 if __name__ == "__main__":
