@@ -9,8 +9,10 @@ draws, along one trajectory. p99 is nearly linear in the run-to-run noise, so it
 value is close to the mean of many runs; an engine death is not: it happens where a step's
 transient memory crosses the headroom, and with no jitter every start schedules the same
 batches at the same moments, so the noise-free trajectory's peaks are one draw of where they
-fall. A config near the limit can die along it in two starts of ten and in none of 30 noisy
-runs, or the other way round.
+fall. A config near the limit can die in none of the ten starts along it and in a third of 30
+noisy runs (development truth 9 of qwen72b-mixed). The runs are a sample too: one config of
+development truth 0 died in 1, 6, 7 and 5 of four blocks of 40 noisy starts, so a valuation
+comes with its interval.
 
 This values each distinct export of the rows (per scenario, truth and config), and each truth's
 best of its grid and of the space (``true_best_flags``, ``true_best_space_flags``), by ``--runs``
