@@ -30,14 +30,16 @@ def test_rows_without_a_simulated_truth_or_an_export_are_not_valued(tmp_path):
 
 
 def test_the_counts_read_each_export_by_both_readings_and_the_bests_once_per_truth():
-    a, b = row("autotune", 3.2), row("autotune", 0.0, flags={**FLAGS, "gpu_memory_utilization": 0.95})
+    a = row("autotune", 3.2, regret_space=0.01, within_2pct_space=False)  # within 2 %, over noise-free only
+    b = row("autotune", 0.0, flags={**FLAGS, "gpu_memory_utilization": 0.95}, regret_space=0.0,
+            within_2pct_space=True)
     vals = {tuple(v["key"]): v for v in (
         valuation(a, "exported_flags", 3.2, 0.0, 0.0),      # over noise-free only
         valuation(b, "exported_flags", 0.0, 4.0, 1.5),      # over by the runs, interval above the limit
         valuation(a, "true_best_flags", 0.0, 2.0, 0.0))}    # the grid's best: over by the mean only
     lines = R.summary([a, b, row("tpe", 3.2)], vals)
-    assert "| qwen72b-mixed | autotune | 2 (2) | 1 | 1 | 1 |" in lines
-    assert "| qwen72b-mixed | tpe | 1 (1) | 1 | 0 | 0 |" in lines  # tpe's export is a's config
+    assert "| qwen72b-mixed | autotune | 2 (2) | 1 | 1 | 1 | 1 | 1 |" in lines  # b within noise-free, a by the runs
+    assert "| qwen72b-mixed | tpe | 1 (1) | 1 | 0 | 0 | 0 | 0 |" in lines  # tpe's export is a's config, no regret
     assert "| qwen72b-mixed | the grid's best | 1 (1) | 0 | 1 | 0 |" in lines  # one truth, three rows
     assert "| qwen72b-mixed | the refined best | 1 (0) | 0 | 0 | 0 |" in lines  # not valued yet
 
