@@ -35,7 +35,7 @@ from experiments.reality_gap.truth import Truth
 from experiments.scenarios import ground_truth as gt_mod
 
 TOP = 8  # configs listed per case, by the rule's ranking
-SOAK_SEED0 = 9001  # server-start seeds of the soak probe that no study or brute force uses
+SOAK_SEED0 = 9001  # the soak probe's server-start seeds: the brute force's own, but run with the noise on (other trajectories)
 # Flags whose larger value never lowers a step's memory need: a larger gpu_memory_utilization
 # leaves less headroom, a larger token budget or batch gives a larger step (activations, logits).
 RISK_UP = ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs")

@@ -4,13 +4,13 @@
     .venv/bin/python -m experiments.reality_gap.oom_runs ROWS.jsonl [...] --out OUT.jsonl --summary
 
 The contract's ``true_oom_per_1k`` is the truth's noise-free value (experiments/scenarios/
-ground_truth.py): the mean over ten server starts whose only difference is the engine-death
-draws, along one trajectory. p99 is nearly linear in the run-to-run noise, so its noise-free
+ground_truth.py): the mean over server starts whose only difference is the engine-death draws
+(one where no step comes near a crash, ten near the limit), along one trajectory. p99 is nearly linear in the run-to-run noise, so its noise-free
 value is close to the mean of many runs; an engine death is not: it happens where a step's
 transient memory crosses the headroom, and with no jitter every start schedules the same
 batches at the same moments, so the noise-free trajectory's peaks are one draw of where they
-fall. A config near the limit can die in none of the ten starts along it and in a third of 30
-noisy runs (development truth 9 of qwen72b-mixed). The runs are a sample too: one config of
+fall. A config can die in none of the starts along it and in a third of 30 noisy runs
+(development truth 9 of qwen72b-mixed). The runs are a sample too: one config of
 development truth 0 died in 1, 6, 7 and 5 of four blocks of 40 noisy starts, so a valuation
 comes with its interval.
 
