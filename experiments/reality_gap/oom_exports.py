@@ -50,14 +50,18 @@ def at_most_as_risky(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def soaked(space: SearchSpace, passes: int) -> SearchSpace:
-    """``space`` with its benchmark's requests sent ``passes`` times in a row (a trace's rows
-    repeated): one server start then serves ``passes`` benchmarks. Closed loop only, since an
-    open loop's or a timed trace's clock would have to repeat too."""
+    """``space`` with its benchmark's requests sent ``passes`` times in a row (the trace's rows
+    repeated): one server start then serves ``passes`` benchmarks. A closed-loop trace only: an
+    open loop's or a timed trace's clock would have to repeat too, and a synthetic benchmark of
+    ``passes`` times the requests would draw other requests, not repeat its own. A repeated row
+    repeats its prefix-block ids, so a prompt unique in the trace is shared across the passes (the
+    flagship's trace shares only its system prompt, which every pass shares anyway)."""
     wl = space.workload
-    if not wl.closed_loop:
-        raise ValueError("the soak probe repeats a closed-loop benchmark; this one's arrivals are timed")
+    if not wl.closed_loop or wl.trace is None:
+        raise ValueError("the soak probe repeats a closed-loop trace; this benchmark is "
+                         + ("synthetic" if wl.trace is None else "timed"))
     soak = wl.model_copy(update={"num_requests": wl.num_requests * passes})
-    soak._trace_rows = list(wl.trace_rows) * passes if wl.trace is not None else []
+    soak._trace_rows = list(wl.trace_rows) * passes
     return space.model_copy(update={"workload": soak})
 
 

@@ -10,9 +10,9 @@ value is close to the mean of many runs; an engine death is not: it happens wher
 transient memory crosses the headroom, and with no jitter every start schedules the same
 batches at the same moments, so the noise-free trajectory's peaks are one draw of where they
 fall. A config can die in none of the starts along it and in a third of 30 noisy runs
-(development truth 9 of qwen72b-mixed). The runs are a sample too: one config of
-development truth 0 died in 1, 6, 7 and 5 of four blocks of 40 noisy starts, so a valuation
-comes with its interval.
+(development truth 9 of qwen72b-mixed). The runs are a sample too: the export of development
+truth 0, study seed 1 died in 1, 6, 7 and 5 of four blocks of 40 noisy starts (seeds from 9001,
+11001, 20001 and 30001), so a valuation comes with its interval.
 
 This values each distinct export of the rows (per scenario, truth and config), and each truth's
 best of its grid and of the space (``true_best_flags``, ``true_best_space_flags``), by ``--runs``
@@ -62,13 +62,14 @@ def valued_rows(paths: list[Path]) -> list[dict[str, Any]]:
     return [r for r in rows if r.get("exported_flags") and "truth_family" in r and not r.get("table")]
 
 
-def runs_oom(truth: Truth, params: dict[str, Any], runs: int) -> dict[str, Any]:
-    """``runs`` noisy server starts of ``params`` under ``truth``: the mean OOM rate of those
-    that started, its 95 % bootstrap interval, and how many starts saw an engine death."""
+def runs_oom(truth: Truth, params: dict[str, Any], runs: int, seed0: int = RUN_SEED0) -> dict[str, Any]:
+    """``runs`` noisy server starts of ``params`` under ``truth`` (seeds ``seed0``, ``seed0 + 1``,
+    ...): the mean OOM rate of those that started, its 95 % bootstrap interval, and how many
+    starts saw an engine death."""
     backend, rates, deaths = TruthBackend(truth.draw), [], 0
     for k in range(runs):
         gt_mod._init(truth.space, truth.profile, backend.quirks_on(k % WORKERS, 0.0))
-        out = gt_mod._simulate((0, params, RUN_SEED0 + k))[1]
+        out = gt_mod._simulate((0, params, seed0 + k))[1]
         if out["started"]:
             rates.append(float(out["oom_per_1k"]))
             deaths += out["crashes"] > 0
@@ -80,17 +81,20 @@ def runs_oom(truth: Truth, params: dict[str, Any], runs: int) -> dict[str, Any]:
 def value_configs(rows: list[dict[str, Any]], out: Path, runs: int, shard: tuple[int, int],
                   seen: list[Path] = ()) -> int:
     """Append a valuation to ``out`` for every export of ``rows``, and every truth's best (of the
-    grid and of the space), in this shard and not valued in ``out`` or ``seen`` yet (truths are
-    shared out by their position among the rows' truths). Returns how many."""
+    grid and of the space), in this shard and not valued in ``out`` or ``seen`` yet. Truths are
+    shared out by their position among all the rows' truths, before anything valued is left out,
+    so a resumed shard keeps its own truths. Returns how many."""
     done = set(read_valuations([out, *seen]))
-    todo: dict[tuple[str, int, str], set[str]] = defaultdict(set)
+    configs: dict[tuple[str, int, str], set[str]] = defaultdict(set)
     for r in rows:
         for flags in ("exported_flags", *BESTS):
-            if r.get(flags) and (k := key(r, flags)) not in done:
-                todo[k[:3]].add(k[3])
+            if r.get(flags):
+                k = key(r, flags)
+                configs[k[:3]].add(k[3])
     n = 0
-    for i, (tk, exports) in enumerate(sorted(todo.items())):
-        if i % shard[1] != shard[0]:
+    for i, (tk, every) in enumerate(sorted(configs.items())):
+        exports = {c for c in every if (*tk, c) not in done}
+        if i % shard[1] != shard[0] or not exports:
             continue
         truth = Truth.load(tk[0], tk[1], jobs=1, family=tk[2], log=lambda *_: None)
         for flags_json in sorted(exports):
@@ -108,6 +112,9 @@ def summary(rows: list[dict[str, Any]], vals: dict[tuple, dict[str, Any]]) -> li
     """Per scenario and strategy: exports over the limit by the noise-free value, by the runs' mean,
     and with the runs' whole 95 % interval above it, and exports within 2 % of the refined best and
     the limit by each reading; then, per scenario, the truths' bests by the first three."""
+    runs = sorted({v["runs"] for v in vals.values()})
+    if len(runs) > 1:
+        raise ValueError(f"the valuations mix {runs} runs per config; value them all with one --runs")
     counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * 7)
     for r in rows:
         v = vals.get(key(r))
@@ -129,7 +136,9 @@ def summary(rows: list[dict[str, Any]], vals: dict[tuple, dict[str, Any]]) -> li
 
 
 def within_by_runs(row: dict[str, Any], v: dict[str, Any]) -> bool:
-    """Within 2 % of the refined best, with the OOM limit read from the noisy runs' mean."""
+    """Within 2 % of the refined best, with the export's OOM limit read from the noisy runs' mean.
+    Half a reading: the refined best is still the noise-free one's (over the limit by the runs on
+    some truths), since choosing it again by the runs would take the runs of every config near it."""
     regret = row.get("regret_space")
     return regret is not None and regret <= WITHIN and v["started"] > 0 and v["oom_per_1k"] <= LIMIT
 
@@ -172,8 +181,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = valued_rows(a.rows)
     if a.summary:
-        print("SIMULATED; OOM rates per 1000 requests, limit " + f"{LIMIT:g}")
-        print("\n".join(summary(rows, read_valuations([a.out, *a.seen]))))
+        vals = read_valuations([a.out, *a.seen])
+        try:
+            lines = summary(rows, vals)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        runs = next(iter(vals.values()))["runs"] if vals else a.runs
+        print(f"SIMULATED; OOM rates per 1000 requests, limit {LIMIT:g}; {runs} noisy starts per config")
+        print("\n".join(lines))
         return 0
     print(f"{value_configs(rows, a.out, a.runs, a.shard, a.seen)} configs valued into {a.out}", file=sys.stderr)
     return 0

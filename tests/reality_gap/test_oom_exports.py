@@ -40,12 +40,16 @@ def test_a_soak_serves_the_benchmark_several_times_on_one_engine_and_leaves_the_
     assert three.duration_s > 2.5 * one.duration_s  # one engine, three benchmarks in a row
 
 
-def test_a_soak_refuses_an_open_loop_benchmark():
+def test_a_soak_refuses_what_it_cannot_repeat_an_open_loop_and_a_synthetic_benchmark():
     import pytest
 
     from autotune.space import load_space
 
-    space = load_space("search_spaces/bursty-goodput.yaml")
-    assert not space.workload.closed_loop
-    with pytest.raises(ValueError, match="closed-loop"):
-        O.soaked(space, 2)
+    open_loop = load_space("search_spaces/bursty-goodput.yaml")
+    assert not open_loop.workload.closed_loop
+    with pytest.raises(ValueError, match="closed-loop trace"):
+        O.soaked(open_loop, 2)
+    synthetic = load_space("search_spaces/small-highconc.yaml")
+    assert synthetic.workload.closed_loop and synthetic.workload.trace is None
+    with pytest.raises(ValueError, match="synthetic"):
+        O.soaked(synthetic, 2)

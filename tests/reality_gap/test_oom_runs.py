@@ -68,3 +68,24 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert R.main([str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "o.jsonl")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no rows file" in err and "Traceback" not in err
+
+
+def test_a_resumed_shard_keeps_its_own_truths_when_another_truth_is_done(tmp_path):
+    one, two = row("autotune", 0.0), {**row("autotune", 0.0), "truth_seed": 2}
+    seen = tmp_path / "done.jsonl"  # truth 1 fully valued: truth 2 must stay the second shard's
+    seen.write_text("".join(json.dumps(valuation(one, f, 0, 0, 0)) + "\n" for f in ("exported_flags", *R.BESTS)))
+    first, second = tmp_path / "s0.jsonl", tmp_path / "s1.jsonl"
+    assert R.value_configs([one, two], first, runs=1, shard=(0, 2), seen=[seen]) == 0
+    assert R.value_configs([one, two], second, runs=1, shard=(1, 2), seen=[seen]) == 3  # its export and two bests
+    assert {tuple(v["key"])[:2] for v in R.read_valuations([second]).values()} == {("qwen72b-mixed", 2)}
+
+
+def test_valuations_of_different_run_counts_are_not_counted_together(tmp_path, capsys):
+    a = row("autotune", 0.0)
+    rows, out = tmp_path / "rows.jsonl", tmp_path / "v.jsonl"
+    rows.write_text(json.dumps(a) + "\n")
+    out.write_text(json.dumps(valuation(a, "exported_flags", 0, 0, 0)) + "\n"
+                   + json.dumps({**valuation(a, "true_best_flags", 0, 0, 0), "runs": 10}) + "\n")
+    assert R.main([str(rows), "--out", str(out), "--summary"]) == 2
+    err = capsys.readouterr().err
+    assert "mix [10, 30] runs" in err and err.count("\n") == 1
