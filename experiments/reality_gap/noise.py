@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from collections.abc import Iterator
+from typing import Any
 
+from autotune.space import SearchSpace
 from experiments.reality_gap.families import DEFAULT_FAMILY, FAMILIES, TruthBackend
 from experiments.reality_gap.study import WORKERS
 from experiments.reality_gap.truth import Truth
@@ -24,14 +27,21 @@ from experiments.scenarios import ground_truth as gt
 SEED0 = 7001  # server-start seeds no study or brute force uses
 
 
+def noisy_runs(truth: Truth, params: dict[str, Any], runs: int, seed0: int = SEED0,
+               space: SearchSpace | None = None) -> Iterator[dict[str, Any]]:
+    """``runs`` server starts of ``params`` with the truth's noise on, as a study's trials run
+    them: start k on worker k mod ``study.WORKERS`` (that node's speed offset, without the
+    drift), with its outlier and KV-jitter draws, trial seed ``seed0 + k``. ``space``: the
+    truth's own by default (oom_exports gives a soaked one). Each run's brute-force row."""
+    backend = TruthBackend(truth.draw)
+    for k in range(runs):
+        gt._init(space or truth.space, truth.profile, backend.quirks_on(k % WORKERS, 0.0))
+        yield gt._simulate((0, params, seed0 + k))[1]
+
+
 def measure(scenario: str, truth_seed: int, runs: int, family: str = DEFAULT_FAMILY) -> dict[str, float | str]:
     t = Truth.load(scenario, truth_seed, jobs=1, family=family)
-    config = dict(t.params(t.best))
-    backend = TruthBackend(t.draw)
-    vals = []
-    for k in range(runs):
-        gt._init(t.space, t.profile, backend.quirks_on(k % WORKERS, 0.0))
-        vals.append(gt._simulate((0, config, SEED0 + k))[1][t.main])
+    vals = [run[t.main] for run in noisy_runs(t, dict(t.params(t.best)), runs)]
     mean, free = statistics.mean(vals), float(t.best[t.main])
     return {"scenario": scenario, "metric": t.main, "noise_free": free, "mean": mean,
             "cv": statistics.stdev(vals) / mean, "low": min(vals) / free, "high": max(vals) / free}

@@ -28,9 +28,8 @@ from autotune.study.analysis.export_rule import DEFAULT_MAX_OOM_PER_1K, MEASURED
 from experiments.reality_gap import score as S
 from experiments.reality_gap import seeds
 from experiments.reality_gap.bench import seeds as seed_list
-from experiments.reality_gap.families import TruthBackend
+from experiments.reality_gap.noise import noisy_runs
 from experiments.reality_gap.run import run_strategy
-from experiments.reality_gap.study import WORKERS
 from experiments.reality_gap.truth import Truth
 from experiments.scenarios import ground_truth as gt_mod
 
@@ -69,13 +68,9 @@ def runs_with_oom(truth: Truth, params: dict[str, Any], passes: int, runs: int) 
     """The share of ``runs`` noisy server starts of ``params`` that lose any request to an OOM
     when the benchmark runs ``passes`` times back to back on one engine (its requests repeated,
     so the engine's uptime, and with it the truth's fragmentation, grows ``passes`` times as far
-    as in one benchmark). Start k runs on worker k mod ``study.WORKERS``, as a study's would."""
-    space, backend = soaked(truth.space, passes), TruthBackend(truth.draw)
-    hit = 0
-    for k in range(runs):
-        gt_mod._init(space, truth.profile, backend.quirks_on(k % WORKERS, 0.0))
-        out = gt_mod._simulate((0, params, SOAK_SEED0 + k))[1]
-        hit += out["started"] and (out["oom_per_1k"] > 0 or out["crashes"] > 0)
+    as in one benchmark), run as a study's trials are (``noise.noisy_runs``)."""
+    hit = sum(out["started"] and (out["oom_per_1k"] > 0 or out["crashes"] > 0)
+              for out in noisy_runs(truth, params, runs, SOAK_SEED0, soaked(truth.space, passes)))
     return hit / runs
 
 

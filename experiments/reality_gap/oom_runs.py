@@ -34,8 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.reality_gap.evaluation import bootstrap, mean
-from experiments.reality_gap.families import TruthBackend
-from experiments.reality_gap.study import WORKERS
+from experiments.reality_gap.noise import noisy_runs
 from experiments.reality_gap.truth import WITHIN, Truth
 from experiments.scenarios import ground_truth as gt_mod
 
@@ -66,10 +65,8 @@ def runs_oom(truth: Truth, params: dict[str, Any], runs: int, seed0: int = RUN_S
     """``runs`` noisy server starts of ``params`` under ``truth`` (seeds ``seed0``, ``seed0 + 1``,
     ...): the mean OOM rate of those that started, its 95 % bootstrap interval, and how many
     starts saw an engine death."""
-    backend, rates, deaths = TruthBackend(truth.draw), [], 0
-    for k in range(runs):
-        gt_mod._init(truth.space, truth.profile, backend.quirks_on(k % WORKERS, 0.0))
-        out = gt_mod._simulate((0, params, seed0 + k))[1]
+    rates, deaths = [], 0
+    for out in noisy_runs(truth, params, runs, seed0):
         if out["started"]:
             rates.append(float(out["oom_per_1k"]))
             deaths += out["crashes"] > 0
