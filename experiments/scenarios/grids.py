@@ -125,8 +125,9 @@ def capped(grid: dict[str, list[Any]], max_configs: int = MAX_CONFIGS) -> dict[s
     so a hand-placed grid stays densest where it was placed densest, and a param never drops
     below two values: a grid of only two-valued params is returned as it is. A space given by
     path can search many flags (ten at four points is a million configs), and the search
-    benchmark's qwen72b grid holds 7,600; without the cap the first runs for days, the second
-    for about 15 minutes on 2 cores (estimated from the flagship's time per config).
+    benchmark's qwen72b grid holds 7,600; without the cap the first runs for a day or more, the
+    second for about 15 minutes on 2 cores (both estimated from the flagship's 0.12 s a config:
+    1,320 configs in 163 s, experiments/reality_gap/README.md, "Brute-force cost").
     refine.py searches a finer ladder of every flag from the grid's best, so the truth's best
     over the space does not depend on the cap."""
     counts = {name: len(values) for name, values in grid.items()}
