@@ -49,7 +49,7 @@ from autotune.deploy import SimProfile
 from autotune.sim.quirks import Quirks
 from autotune.space import SearchSpace
 from experiments.reality_gap.families import DEFAULT_FAMILY
-from experiments.reality_gap.score import finite_or_none
+from experiments.reality_gap.score import finite_or_none, progress, regret_auc, true_regret
 from experiments.reality_gap.truth import OOM_LIMIT, Truth, scenario_space, truth_dir
 from experiments.scenarios import ground_truth as gt_mod
 from experiments.scenarios.ground_truth import feasible
@@ -272,6 +272,23 @@ def scores(truth: Truth, exported: Mapping[str, Any] | None, jobs: int = 1,
             "true_best_space_flags": {k: best[k] for k in truth.space.params},
             "regret_space": finite_or_none(truth.regret(row, best)) if row is not None else None,
             "within_2pct_space": truth.within(row, best) if row is not None else False}
+
+
+HOURS = ("gpu_hours_to_2pct", "gpu_hours_to_2pct_stable", "gpu_hours_to_2pct_stable_frac", "regret_auc")
+HOUR_KEYS = tuple(f"{k}_space" for k in HOURS)  # the same figures against the refined best
+
+
+def hour_scores(truth: Truth, picks: Sequence[Sequence[Any]], budget_hours: float, jobs: int = 1,
+                log: Callable[[str], None] = lambda *_: None, best: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The GPU-hour figures against the refined best (:data:`HOUR_KEYS`), from a row's ``export_timeline``
+    (``[GPU-hours, flags or None]`` where the export changed), by the rule ``run.score_case`` uses for
+    the grid's best. ``best``: the refined best row when the caller has it."""
+    if best is None:
+        best = space_best(truth, jobs, log)
+    p = progress([(float(h), f) for h, f in picks], lambda f: truth.within(truth.value(f), best),
+                 lambda f: true_regret(truth, f, best))
+    frac = None if p.stable is None or not budget_hours else p.stable / budget_hours
+    return dict(zip(HOUR_KEYS, (p.first, p.stable, frac, regret_auc(p.curve, budget_hours)), strict=True))
 
 
 def _clean(row: Mapping[str, Any]) -> dict[str, Any]:

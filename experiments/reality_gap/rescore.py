@@ -6,9 +6,11 @@ Rows written before refine.py existed were scored against the grid's best only. 
 and its true value are in the row (``exported_flags``), and the truth is a pure function of its
 seed, so ``true_best_space``, ``true_best_space_flags``, ``regret_space`` and ``within_2pct_space``
 follow from the row alone: this adds them (the refined best is computed once per truth and
-cached, as in a run). Every other key is kept as it was. The GPU-hour figures and the regret
-curve are against the grid's best in every row, new ones too (run.py). The file is replaced whole, never half-written. Rows of the replayed CPU
-tables are left alone: their best is the table's, which has no grid.
+cached, as in a run). A row that carries its ``export_timeline`` (rows run since 2026-12-05) also
+gets the GPU-hour figures and the regret curve against the refined best (``refine.HOUR_KEYS``);
+an older row keeps them against the grid's best only, since its timeline was not written. Every
+other key is kept as it was. The file is replaced whole, never half-written. Rows of the replayed
+CPU tables are left alone: their best is the table's, which has no grid.
 """
 
 from __future__ import annotations
@@ -29,14 +31,18 @@ def rescored(row: dict[str, Any], truths: dict[tuple, tuple[Truth, dict[str, Any
     """``row`` with the refined-best keys; unchanged if it has them, if it is a replayed CPU table's
     (``table``), or if it predates truth families (no ``truth_family``: issue 12's constants truths,
     which have no committed refinements and are not part of issue 18's figures)."""
-    if all(k in row for k in SPACE_KEYS) or "truth_family" not in row or row.get("table"):
+    wanted = SPACE_KEYS + (refine.HOUR_KEYS if "export_timeline" in row else ())
+    if all(k in row for k in wanted) or "truth_family" not in row or row.get("table"):
         return row
     key = (row["scenario"], row["truth_seed"], row["truth_family"])
     if key not in truths:  # each truth is loaded, and its refinement read (or computed), once per file
         truth = Truth.load(row["scenario"], row["truth_seed"], jobs=jobs, family=row["truth_family"])
         truths[key] = truth, refine.space_best(truth, jobs, log=lambda m: print(m, file=sys.stderr))
     truth, best = truths[key]
-    return {**row, **refine.scores(truth, row.get("exported_flags"), best=best)}
+    out = {**row, **refine.scores(truth, row.get("exported_flags"), best=best)}
+    if "export_timeline" in row:
+        out.update(refine.hour_scores(truth, row["export_timeline"], row["budget_gpu_hours"], best=best))
+    return out
 
 
 def rescore_file(path: Path, jobs: int = 2) -> tuple[int, int]:
@@ -58,7 +64,7 @@ def main() -> None:
     a = ap.parse_args()
     for p in a.runs:
         n, changed = rescore_file(p, a.jobs)
-        print(f"{p}: {changed} of {n} rows given the refined best")
+        print(f"{p}: {changed} of {n} rows scored against the refined best")
 
 
 if __name__ == "__main__":

@@ -105,6 +105,7 @@ def run_case(scenario: str, truth_seed: int, strategy: str, *, trials: int | Non
     study_s = time.time() - t1
     out = score_case(bench, truth, strategy, study_seed, case_budget)
     out.update(refine.scores(truth, out["exported_flags"], jobs, log))
+    out.update(refine.hour_scores(truth, out["export_timeline"], out["budget_gpu_hours"], jobs, log))
     if calibrate:
         out["calibration"] = calibration_errors(bench, truth)
     out["runtime_s"] = {"total": round(time.time() - t0, 1), "study": round(study_s, 1),
@@ -172,7 +173,8 @@ def table_as_space(out: dict[str, Any]) -> dict[str, Any]:
     """The contract's refined-best keys for a measured table: its configs are every config the truth
     can value, so the best over the space is the table's best, and nothing is refined."""
     return {"true_best_space": out["true_best"], "true_best_space_flags": out["true_best_flags"],
-            "regret_space": out["regret"], "within_2pct_space": out["within_2pct"]}
+            "regret_space": out["regret"], "within_2pct_space": out["within_2pct"],
+            **{f"{k}_space": out[k] for k in refine.HOURS}}
 
 
 def replay_progress(bench: BenchStudy, truth: replay.ReplayTruth) -> dict[str, Any]:
@@ -248,8 +250,8 @@ def score_case(bench: BenchStudy, truth: Truth, strategy: str, study_seed: int, 
     chosen = S.export_choice(recs, bench.space)
     row = truth.value(chosen.flags) if chosen is not None else None
     best = truth.best
-    progress = S.hours_to_within(timed, bench.space, gpus, lambda f: truth.within(truth.value(f)),
-                                 lambda f: _true_regret(truth, f))
+    picks = [(h, None if f is None else truth.params(f)) for h, f in S.export_timeline(timed, bench.space, gpus)]
+    progress = S.progress(picks, lambda f: truth.within(truth.value(f)), lambda f: S.true_regret(truth, f))
     fin = S.finite_or_none
     span = budget_gpu_hours(truth, budget, gpus)
 
@@ -287,6 +289,7 @@ def score_case(bench: BenchStudy, truth: Truth, strategy: str, study_seed: int, 
         "gpu_hours_to_2pct_frac": frac(progress.first),
         "gpu_hours_to_2pct_stable_frac": frac(progress.stable),
         "regret_auc": S.regret_auc(progress.curve, span),
+        "export_timeline": [[h, f] for h, f in picks],
         "wall_hours": bench.pool.now / 3600.0,
         "launched": len(timed),
         "rejected": sum(r.state.value == "rejected" for r in recs),
@@ -298,13 +301,6 @@ def score_case(bench: BenchStudy, truth: Truth, strategy: str, study_seed: int, 
         "wasted_launch_trials": wasted,
         "warm_start_failed_launches": len(S.failed_launches(recs, warm_start=True)),
     }
-
-
-def _true_regret(truth: Truth, flags: dict[str, Any]) -> float:
-    """The true regret of exporting ``flags``, over the OOM limit or not serving as NaN
-    (the regret curve caps both)."""
-    row = truth.value(flags)
-    return truth.regret(row) if row["started"] and float(row["oom_per_1k"]) <= S.OOM_LIMIT else math.nan
 
 
 def calibration_errors(bench: BenchStudy, truth: Truth) -> dict[str, Any]:

@@ -12,7 +12,9 @@ never by the study's own measurements, so a lucky measurement earns nothing.
   is applied to the trials completed so far; the first time its choice is truly within 2 %
   of the best and meets the OOM limit, the GPU-hours spent by then count, including the
   part of the trials still running that has elapsed. ``..._stable``: the same from the
-  completion after which the choice stays within 2 % to the end.
+  completion after which the choice stays within 2 % to the end. The choice after each
+  completion where it changed is the row's ``export_timeline`` (``[GPU-hours, flags]``), from
+  which these figures follow against any best (``..._space``: the refined best, refine.py).
 * **Wrongly rejected**: samples the memory-model pruning rejected ("predicted startup
   failure") that start under the truth.
 * **Wasted launches**: sampled or confirmation trials launched that could not start; the
@@ -80,30 +82,56 @@ class Progress:
 REGRET_CAP = 1.0  # no export, one over the OOM limit, or one that does not serve: regret 100 %
 
 
-def hours_to_within(timed: Sequence[Timed], space: SearchSpace, gpus: int,
-                    within: Callable[[Mapping[str, Any]], bool],
-                    regret: Callable[[Mapping[str, Any]], float] | None = None) -> Progress:
-    """``within(flags)``: whether a config is truly within 2 % and the OOM limit;
-    ``regret(flags)``: its true regret (NaN or over the limit: capped), for the curve."""
-    memo: dict[str, tuple[bool, float]] = {}
+Pick = tuple[float, "dict[str, Any] | None"]  # (GPU-hours spent, the export rule's pick from then on)
+
+
+def export_timeline(timed: Sequence[Timed], space: SearchSpace, gpus: int) -> list[Pick]:
+    """The export rule's pick after each completion, kept where it changed: (GPU-hours spent by
+    then, its flags, None while nothing is exportable). Written into each row, so a row can be
+    scored against another best (refine.py's) without running its study again."""
+    out: list[Pick] = []
     done: list[TrialRecord] = []
-    first = stable = None
-    curve: list[tuple[float, float]] = []
+    last: object = object()  # no pick seen yet, not even "none"
     for x in timed:
         done.append(x.record)
         c = export_choice(done, space)
-        ok, r = False, REGRET_CAP
-        if c is not None:
-            key = config_key(c.flags)
-            if key not in memo:
-                memo[key] = (within(c.flags), _capped(regret(c.flags)) if regret else REGRET_CAP)
-            ok, r = memo[key]
-        hours = gpu_hours_by(x.end_s, timed, gpus)
-        curve.append((hours, r))
+        key = None if c is None else config_key(c.flags)
+        if key != last:
+            out.append((gpu_hours_by(x.end_s, timed, gpus), None if c is None else dict(c.flags)))
+            last = key
+    return out
+
+
+def progress(picks: Sequence[Pick], within: Callable[[Mapping[str, Any]], bool],
+             regret: Callable[[Mapping[str, Any]], float] | None = None) -> Progress:
+    """First and stable GPU-hours to within 2 %, and the regret curve, along an export timeline.
+    ``within(flags)``: whether a config is truly within 2 % and the OOM limit; ``regret(flags)``:
+    its true regret (NaN or over the limit: capped), for the curve."""
+    first = stable = None
+    curve: list[tuple[float, float]] = []
+    for hours, flags in picks:
+        ok = flags is not None and within(flags)
+        curve.append((hours, _capped(regret(flags)) if flags is not None and regret else REGRET_CAP))
         if ok and first is None:
             first = hours
         stable = (stable if stable is not None else hours) if ok else None
     return Progress(first, stable, tuple(curve))
+
+
+def hours_to_within(timed: Sequence[Timed], space: SearchSpace, gpus: int,
+                    within: Callable[[Mapping[str, Any]], bool],
+                    regret: Callable[[Mapping[str, Any]], float] | None = None) -> Progress:
+    """:func:`progress` along the study's own export timeline."""
+    return progress(export_timeline(timed, space, gpus), within, regret)
+
+
+def true_regret(truth: Any, flags: Mapping[str, Any], best: Mapping[str, Any] | None = None) -> float:
+    """The true regret of exporting ``flags`` against the truth's best (or ``best``); NaN when it
+    does not serve or is over the OOM limit (the regret curve caps both)."""
+    row = truth.value(flags)
+    if not row["started"] or float(row["oom_per_1k"]) > OOM_LIMIT:
+        return math.nan
+    return truth.regret(row) if best is None else truth.regret(row, best)  # a replayed table has one best
 
 
 def _capped(r: float) -> float:

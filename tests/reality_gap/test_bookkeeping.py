@@ -76,6 +76,24 @@ def test_stable_counts_from_the_export_that_stays_within():
     assert p.stable == pytest.approx(1.0 + 1.5 + 1.0)  # at 2 h, everything that ran
 
 
+def test_the_export_timeline_keeps_each_change_and_scores_against_any_best():
+    # The same study as above: the export is 32 at 1 h, the lucky 128 at 1.5 h, 32 again from 2 h.
+    recs = [_done(0, 32, 26.0), _done(1, 128, 24.0), _done(2, 32, 25.0, role=Role.CONFIRM, repeat_of=0)]
+    timed = S.timeline(recs, _log((0, 0, 1), (1, 0, 1.5), (2, 1, 2)))
+    picks = S.export_timeline(timed, SPACE, 1)
+    assert [(h, f["max_num_seqs"]) for h, f in picks] == [(pytest.approx(2.0), 32), (pytest.approx(3.0), 128),
+                                                          (pytest.approx(3.5), 32)]
+    assert S.progress(picks, _within) == S.hours_to_within(timed, SPACE, 1, _within)
+    # Against a stricter best, under which only 128 would be within, the same timeline reads otherwise.
+    p = S.progress(picks, lambda f: f["max_num_seqs"] == 128, lambda f: 0.0 if f["max_num_seqs"] == 128 else 0.5)
+    assert p.first == pytest.approx(3.0) and p.stable is None
+    assert [r for _, r in p.curve] == [0.5, 0.0, 0.5]
+    # A pick that does not change is not written again: a repeat of the export adds nothing.
+    more = [*recs, _done(3, 32, 25.5, role=Role.CONFIRM, repeat_of=0)]
+    timed = S.timeline(more, _log((0, 0, 1), (1, 0, 1.5), (2, 1, 2), (3, 2, 3)))
+    assert len(S.export_timeline(timed, SPACE, 1)) == 3
+
+
 def test_never_within_is_none():
     recs = [_done(0, 16, 30.0), _done(1, 64, 25.0)]
     timed = S.timeline(recs, _log((0, 0, 1), (1, 0, 1)))

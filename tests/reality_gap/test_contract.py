@@ -35,6 +35,9 @@ KEYS = {
     # against the truth's best over the space, not only the grid's (refine.py)
     "true_best_space": NUMBER, "true_best_space_flags": dict, "regret_space": (*NUMBER, type(None)),
     "within_2pct_space": bool,
+    # the export rule's pick where it changed, and the GPU-hour figures against the refined best from it
+    "export_timeline": list, "gpu_hours_to_2pct_space": (*NUMBER, type(None)),
+    "gpu_hours_to_2pct_stable_space": (*NUMBER, type(None)), "regret_auc_space": NUMBER,
 }
 
 
@@ -100,6 +103,16 @@ def test_one_json_object_with_the_contract_keys(strategy):
         assert first <= stable <= out["gpu_hours"] + 1e-9
     assert out["wrongly_rejected"] == len(out["wrongly_rejected_trials"])
     assert out["wasted_launches"] == len(out["wasted_launch_trials"])
+
+    # The timeline ends on the export, its hours rise, and the same figures against the refined best
+    # (a stricter best) come no sooner and with no less regret.
+    hours = [h for h, _ in out["export_timeline"]]
+    assert hours == sorted(hours) and hours[-1] <= out["gpu_hours"] + 1e-9
+    assert out["export_timeline"][-1][1] == out["exported_flags"]
+    assert (out["gpu_hours_to_2pct_stable_space"] is not None) == out["within_2pct_space"]
+    if out["gpu_hours_to_2pct_space"] is not None:
+        assert out["gpu_hours_to_2pct_space"] >= first
+    assert out["regret_auc_space"] >= out["regret_auc"] - 1e-12
 
 
 def test_same_call_same_answer():

@@ -111,3 +111,25 @@ def test_a_goal_row_gives_each_scenario_the_verdict_its_paired_line_gives():
         line = re.search(rf"- vs {b} \(\d+ pairs\): within-2 % rate .*? \(([a-z ]+)\); regret AUC .*? \(([a-z ]+)\)", text)
         assert line is not None
         assert f"rag-llama70b-h100: {line.group(1)} (AUC: {line.group(2)})" in goals
+
+
+def test_stable_gpu_hours_against_the_refined_best_when_rows_carry_their_timeline(tmp_path):
+    """Rows run with their export timeline have the GPU-hour figures against the refined best
+    (run.py, rescore.py): the table and the goal row give them beside the grid's; older rows give none."""
+    def timed(strategy, m, grid, space):
+        return {**_row(strategy, "a", 1000, m, True, 0.05, stable=grid), "regret_auc_space": 0.1,
+                "gpu_hours_to_2pct_stable_frac_space": space}
+    rows = [timed("autotune", m, 0.2, 0.6) for m in (0, 1)] + [timed("auto-tune-sh", m, 0.9, None) for m in (0, 1)]
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    E.main(["--runs", str(path)])
+    text = (tmp_path / "results.md").read_text()
+    assert "| 0.200 (refined best: 0.600) |" in text and "| 0.900 (refined best: never) |" in text
+    goals = text[text.index("## Goals"):]
+    assert "| stable GPU-h to 2 % <= 1/4 of auto-tune-sh's (medians, / budget) | 0.200 vs 0.900" in goals
+    assert "| ... the same against the space's refined best | 0.600 vs never (ratio 0.000) | yes |" in goals
+    old = [_row("autotune", "a", 1000, 0, True, 0.05), _row("auto-tune-sh", "a", 1000, 0, True, 0.05)]
+    path.write_text("\n".join(json.dumps(r) for r in old) + "\n")
+    E.main(["--runs", str(path)])
+    text = (tmp_path / "results.md").read_text()
+    assert "refined best:" not in text and "the same against the space's refined best |" not in text

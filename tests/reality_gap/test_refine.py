@@ -148,6 +148,29 @@ def test_rescore_adds_the_refined_keys_and_keeps_the_rest(tiny_truth, tmp_path):
     assert rescore.rescore_file(f, jobs=1) == (3, 0)  # idempotent
 
 
+def test_rescore_scores_a_rows_export_timeline_against_the_refined_best(tiny_truth, tmp_path):
+    t = tiny_truth
+    best = refine.space_best(t)
+    refined = {k: best[k] for k in t.space.params}
+    # a grid config that serves within the OOM limit but is over 2 % off the refined best
+    far = next(r for r in t.grid.rows if refine.feasible(r, t.main) and t.regret(r, best) > 0.05)
+    gap = t.regret(far, best)
+    far = {k: far[k] for k in t.space.params}
+    # No export for 1 GPU-hour, the far config from 1 h, the refined best from 3 h, of a 10 GPU-hour budget.
+    row = {"scenario": t.scenario, "truth_seed": 0, "truth_family": t.family, "strategy": "autotune",
+           "exported_flags": refined, "budget_gpu_hours": 10.0,
+           "export_timeline": [[0.5, None], [1.0, far], [3.0, refined]]}
+    f = tmp_path / "runs.jsonl"
+    f.write_text(json.dumps(row) + "\n")
+    assert rescore.rescore_file(f, jobs=1) == (1, 1)
+    out = json.loads(f.read_text())
+    assert out["gpu_hours_to_2pct_space"] == out["gpu_hours_to_2pct_stable_space"] == 3.0
+    assert out["gpu_hours_to_2pct_stable_frac_space"] == pytest.approx(0.3)
+    assert out["regret_auc_space"] == pytest.approx((1.0 * 1.0 + min(gap, 1.0) * 2.0 + 0.0 * 7.0) / 10.0)
+    assert out["within_2pct_space"] is True
+    assert rescore.rescore_file(f, jobs=1) == (1, 0)
+
+
 def test_every_committed_refinement_matches_its_truth():
     stale = [str(p) for p in TRUTHS.glob("structural/*/seed-*/" + refine.FILE)
              if not refine.is_cached(p.parent.parent.name, int(p.parent.name.removeprefix("seed-")), "structural")]
