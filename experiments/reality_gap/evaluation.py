@@ -64,6 +64,15 @@ def stable_frac(r: dict[str, Any], space: bool = False) -> float:
     return math.inf if v is None else float(v)
 
 
+def band(rs: Sequence[dict[str, Any]], space: bool = False) -> str:
+    """How many exports were within 2 % at some completion, and how many of those were not at the end
+    (issue 18: once inside the band, the export does not drift out)."""
+    tail = "_space" if space else ""
+    entered = [r for r in rs if r.get("gpu_hours_to_2pct" + tail) is not None]
+    left = [r for r in entered if r.get("gpu_hours_to_2pct_stable" + tail) is None]
+    return f"{len(entered)} / {len(left)}"
+
+
 def has_hours_space(rs: Sequence[dict[str, Any]]) -> bool:
     """Whether every row was run with its export timeline (``run.py`` since 2026-12-05), so its GPU-hour
     figures against the refined best exist."""
@@ -108,13 +117,15 @@ def strategy_row(rs: Sequence[dict[str, Any]], tag: str) -> list[str]:
     reg = [float(r["regret"]) if r["regret"] is not None and not over_limit(r) else 1.0 for r in rs]
     st = [stable_frac(r) for r in rs]
     ws = [v for r in rs if (v := ok_space(r)) is not None]
+    timed = has_hours_space(rs)
     return [str(len(rs)),
             fmt_ci(mean(w), bootstrap(w, mean, f"w/{tag}"), pct=True),
             fmt_ci(mean(ws), bootstrap(ws, mean, f"ws/{tag}"), pct=True) if len(ws) == len(rs) else "—",
             fmt_ci(median(reg), bootstrap(reg, median, f"r/{tag}"), pct=True),
-            fmt_ci(mean(auc), bootstrap(auc, mean, f"a/{tag}")),
-            fmt(median(st)) + (f" (refined best: {fmt(median([stable_frac(r, True) for r in rs]))})"
-                               if has_hours_space(rs) else ""),
+            fmt_ci(mean(auc), bootstrap(auc, mean, f"a/{tag}"))
+            + (f" (refined best: {fmt(mean([float(r['regret_auc_space']) for r in rs]))})" if timed else ""),
+            fmt(median(st)) + (f" (refined best: {fmt(median([stable_frac(r, True) for r in rs]))})" if timed else ""),
+            band(rs) + (f" (refined best: {band(rs, True)})" if timed else ""),
             str(sum(over_limit(r) for r in rs)),
             str(sum(int(r["wrongly_rejected"]) for r in rs)),
             fmt(median([float(r["gpu_hours"]) for r in rs]))]
@@ -122,7 +133,8 @@ def strategy_row(rs: Sequence[dict[str, Any]], tag: str) -> list[str]:
 
 HEADER = ["strategy", "cases", "within 2 % and OOM limit [95 % CI]",
           "... of the space's refined best (refine.py) [CI]", "median regret [CI]",
-          "regret AUC (mean) [CI]", "stable GPU-h to 2 % / budget (median)", "exports over OOM limit",
+          "regret AUC (mean) [CI]", "stable GPU-h to 2 % / budget (median)",
+          "cases whose export entered the 2 % band / left it again", "exports over OOM limit",
           "wrongly rejected", "GPU-h (median)"]
 
 
