@@ -11,6 +11,12 @@ gets the GPU-hour figures and the regret curve against the refined best (``refin
 an older row keeps them against the grid's best only, since its timeline was not written. Every
 other key is kept as it was. The file is replaced whole, never half-written. Rows of the replayed
 CPU tables are left alone: their best is the table's, which has no grid.
+
+A row written before the timeline existed gets it from a rerun of the same case (``--timelines-from
+RERUN``: the bench's rows for the same cases, run with today's code into another file). The
+rerun must agree with the row on every other key (``runtime_s`` aside, ``regret_auc`` to 1e-12: its
+curve is now summed by changes), or nothing is written: a rerun that exports otherwise is another
+study, not the same one with its timeline.
 """
 
 from __future__ import annotations
@@ -57,11 +63,60 @@ def rescore_file(path: Path, jobs: int = 2) -> tuple[int, int]:
     return len(rows), sum(a is not b for a, b in zip(rows, new, strict=True))
 
 
+TIMELINE_KEYS = ("export_timeline", *refine.HOUR_KEYS)
+UNCOMPARED = ("runtime_s", *TIMELINE_KEYS)
+
+
+def case_key(row: dict[str, Any]) -> tuple:
+    return row["scenario"], row["truth_seed"], row.get("truth_family"), row["strategy"], row["study_seed"]
+
+
+def disagreement(row: dict[str, Any], again: dict[str, Any]) -> str | None:
+    """The first key on which a rerun of the case differs from the row, or None."""
+    for k in sorted((set(row) | set(again)) - set(UNCOMPARED)):
+        a, b = row.get(k), again.get(k)
+        if k == "regret_auc" and isinstance(a, float) and isinstance(b, float) and abs(a - b) <= 1e-12:
+            continue
+        if a != b:
+            return k
+    return None
+
+
+def add_timelines(path: Path, rerun: Path) -> tuple[int, int]:
+    """Give each row of ``path`` without a timeline the timeline keys of the same case in ``rerun``:
+    (rows, rows given them). Raises SystemExit, writing nothing, where a rerun disagrees."""
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    again = {case_key(r): r for x in rerun.read_text().splitlines() if x.strip() for r in [json.loads(x)]}
+    new = []
+    for r in rows:
+        a = again.get(case_key(r))
+        if a is None or "export_timeline" in r or "export_timeline" not in a:
+            new.append(r)
+            continue
+        if (k := disagreement(r, a)) is not None:
+            raise SystemExit(f"{rerun}: case {case_key(r)} differs from {path} in {k!r} "
+                             f"({r.get(k)!r} vs {a.get(k)!r}); nothing written")
+        new.append({**r, **{k: a[k] for k in TIMELINE_KEYS}})
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in new))
+    tmp.replace(path)
+    return len(rows), sum(a is not b for a, b in zip(rows, new, strict=True))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", type=Path, help="runs files (JSON lines) of the bench")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--timelines-from", type=Path, metavar="RERUN",
+                    help="rows of the same cases run again with today's code: their export timelines are added")
     a = ap.parse_args()
+    if a.timelines_from is not None:
+        if not a.timelines_from.is_file():
+            raise SystemExit(f"--timelines-from {a.timelines_from}: no such file")
+        for p in a.runs:
+            n, changed = add_timelines(p, a.timelines_from)
+            print(f"{p}: {changed} of {n} rows given their export timeline from {a.timelines_from}")
+        return
     for p in a.runs:
         n, changed = rescore_file(p, a.jobs)
         print(f"{p}: {changed} of {n} rows scored against the refined best")

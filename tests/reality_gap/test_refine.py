@@ -176,3 +176,27 @@ def test_every_committed_refinement_matches_its_truth():
              if not refine.is_cached(p.parent.parent.name, int(p.parent.name.removeprefix("seed-")), "structural")]
     assert not stale, f"stale refinements (rerun python -m experiments.reality_gap.refine): {stale}"
     assert (TRUTHS / "structural" / "small-highconc" / "seed-0" / refine.FILE).exists()  # the contract test's
+
+
+def test_timelines_come_from_a_rerun_that_agrees_on_everything_else(tmp_path):
+    """rescore --timelines-from: an older row gets its export timeline from a rerun of the same case,
+    only if the rerun is the same study (every other key equal, runtime aside); else nothing is written."""
+    row = {"scenario": "s", "truth_seed": 1000, "truth_family": "structural", "strategy": "autotune",
+           "study_seed": 0, "regret": 0.01, "regret_auc": 0.25, "runtime_s": {"study": 100.0}}
+    other = {**row, "strategy": "tpe"}  # no rerun: left alone
+    timeline = {"export_timeline": [[1.0, {"x": 1}]], "gpu_hours_to_2pct_space": 1.0,
+                "gpu_hours_to_2pct_stable_space": 1.0, "gpu_hours_to_2pct_stable_frac_space": 0.1,
+                "regret_auc_space": 0.3}
+    rerun = {**row, **timeline, "regret_auc": 0.25 + 1e-15, "runtime_s": {"study": 50.0}}
+    runs, again = tmp_path / "runs.jsonl", tmp_path / "again.jsonl"
+    runs.write_text(json.dumps(row) + "\n" + json.dumps(other) + "\n")
+    again.write_text(json.dumps({**rerun, "regret": 0.02}) + "\n")
+    before = runs.read_text()
+    with pytest.raises(SystemExit, match="differs from .* in 'regret'"):
+        rescore.add_timelines(runs, again)
+    assert runs.read_text() == before
+    again.write_text(json.dumps(rerun) + "\n")
+    assert rescore.add_timelines(runs, again) == (2, 1)
+    a, b = (json.loads(x) for x in runs.read_text().splitlines())
+    assert a == {**row, **timeline} and b == other  # the row's own runtime and regret AUC are kept
+    assert rescore.add_timelines(runs, again) == (2, 0)
