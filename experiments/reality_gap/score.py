@@ -85,21 +85,27 @@ REGRET_CAP = 1.0  # no export, one over the OOM limit, or one that does not serv
 Pick = tuple[float, "dict[str, Any] | None"]  # (GPU-hours spent, the export rule's pick from then on)
 
 
-def export_timeline(timed: Sequence[Timed], space: SearchSpace, gpus: int) -> list[Pick]:
-    """The export rule's pick after each completion, kept where it changed: (GPU-hours spent by
-    then, its flags, None while nothing is exportable). Written into each row, so a row can be
-    scored against another best (refine.py's) without running its study again."""
-    out: list[Pick] = []
+def export_changes(timed: Sequence[Timed], space: SearchSpace) -> list[tuple[Timed, Choice | None]]:
+    """The export rule's pick (with its reasons) after each completion where it changed: the completion
+    and the pick, None while nothing is exportable."""
+    out: list[tuple[Timed, Choice | None]] = []
     done: list[TrialRecord] = []
     last: object = object()  # no pick seen yet, not even "none"
     for x in timed:
         done.append(x.record)
-        c = export_choice(done, space)
-        key = None if c is None else config_key(c.flags)
+        c = export_pick(done, space)
+        key = None if c is None else config_key(c.config.flags)
         if key != last:
-            out.append((gpu_hours_by(x.end_s, timed, gpus), None if c is None else dict(c.flags)))
+            out.append((x, c))
             last = key
     return out
+
+
+def export_timeline(timed: Sequence[Timed], space: SearchSpace, gpus: int) -> list[Pick]:
+    """:func:`export_changes` as (GPU-hours spent by then, the pick's flags or None). Written into each
+    row, so a row can be scored against another best (refine.py's) without running its study again."""
+    return [(gpu_hours_by(x.end_s, timed, gpus), None if c is None else dict(c.config.flags))
+            for x, c in export_changes(timed, space)]
 
 
 def progress(picks: Sequence[Pick], within: Callable[[Mapping[str, Any]], bool],

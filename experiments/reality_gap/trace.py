@@ -59,6 +59,7 @@ def trace(scenario: str, truth_seed: int, study_seed: int, strategy: str = "auto
     near = sorted(found.values())
     lines.append(f"measured: {len(found)} configs, {sum(v <= 0.02 for v in near)} within 2 % of the refined best "
                  f"and the OOM limit; the closest {near[0]:.4f}" if near else "measured: nothing")
+    lines.extend(export_path(bench, truth, best))
     pick = score.export_pick(bench.records(), bench.space)  # the benchmark's own reading of the export
     if pick is None:
         lines.append("export: nothing to export")
@@ -68,6 +69,23 @@ def trace(scenario: str, truth_seed: int, study_seed: int, strategy: str = "auto
                      f"grid's best, {truth.regret(row, best):.4f} against the refined best")
         lines.extend(f"  note: {n}" for n in pick.notes)
     return lines
+
+
+def export_path(bench: Any, truth: Truth, best: dict[str, Any]) -> list[str]:
+    """The export rule's pick where it changed along the clock (the row's ``export_timeline``), each with the
+    rule that picked it and its true regret against the refined best: how an export enters the 2 % band and
+    whether it leaves it again."""
+    out = []
+    for x, c in score.export_changes(score.timeline(bench.records(), bench.pool.log), bench.space):
+        if c is None:
+            out.append(f"export after trial {x.record.number}: nothing to export")
+            continue
+        row = truth.value(c.config.flags)
+        ok = gt.feasible(row, truth.main) and truth.regret(row, best) <= 0.02
+        out.append(f"export after trial {x.record.number}: trial {c.config.first.number}'s config, {c.config.n} runs "
+                   f"({c.rule}); regret {truth.regret(row, best):.3f} against the refined best"
+                   f"{', within 2 %' if ok else ''}")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

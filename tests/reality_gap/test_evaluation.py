@@ -74,6 +74,11 @@ def test_the_trace_values_every_measured_config_against_the_refined_best():
     summary = next(x for x in lines if x.startswith("measured: "))
     configs, within = (int(w) for w in summary.split()[1:4:2])
     assert 0 <= within <= configs <= len(trials)
+    # the export's path: each change of the pick with its rule and true regret, ending on the export
+    path = [x for x in lines if x.startswith("export after trial ")]
+    final = next(x for x in lines if x.startswith("export: trial "))
+    assert path and all(" against the refined best" in x for x in path if "nothing" not in x)
+    assert path[-1].split(": trial ")[1].split("'s config")[0] == final.split()[2]
 
 
 def test_the_refined_best_gets_its_own_column_and_goal_row(tmp_path):
