@@ -114,7 +114,11 @@ def main() -> None:
         if not a.timelines_from.is_file():
             raise SystemExit(f"--timelines-from {a.timelines_from}: no such file")
         for p in a.runs:
-            n, changed = add_timelines(p, a.timelines_from)
+            try:
+                n, changed = add_timelines(p, a.timelines_from)
+            except (json.JSONDecodeError, KeyError) as e:
+                raise SystemExit(f"--timelines-from {a.timelines_from} or {p}: not rows of the bench ({e}); "
+                                 "nothing written") from None
             print(f"{p}: {changed} of {n} rows given their export timeline from {a.timelines_from}")
         return
     for p in a.runs:
