@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,12 +83,16 @@ def disagreement(row: dict[str, Any], again: dict[str, Any]) -> str | None:
     return None
 
 
-def add_timelines(path: Path, rerun: Path) -> tuple[int, int]:
-    """Give each row of ``path`` without a timeline the timeline keys of the same case in ``rerun``:
-    (rows, rows given them). Raises SystemExit, writing nothing, where a rerun disagrees."""
-    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    again = {case_key(r): r for x in rerun.read_text().splitlines() if x.strip() for r in [json.loads(x)]}
-    new = []
+def with_timelines(path: Path, rerun: Path) -> tuple[list[dict[str, Any]], int]:
+    """The rows of ``path``, each without a timeline given the timeline keys of the same case in ``rerun``,
+    and how many were. Raises SystemExit where the rerun disagrees with a row or holds a case twice."""
+    rows = read_rows(path)
+    again: dict[tuple, dict[str, Any]] = {}
+    for r in read_rows(rerun):
+        if case_key(r) in again:
+            raise SystemExit(f"{rerun}: case {case_key(r)} twice; nothing written")
+        again[case_key(r)] = r
+    new, given = [], 0
     for r in rows:
         a = again.get(case_key(r))
         if a is None or "export_timeline" in r or "export_timeline" not in a:
@@ -97,10 +102,29 @@ def add_timelines(path: Path, rerun: Path) -> tuple[int, int]:
             raise SystemExit(f"{rerun}: case {case_key(r)} differs from {path} in {k!r} "
                              f"({r.get(k)!r} vs {a.get(k)!r}); nothing written")
         new.append({**r, **{k: a[k] for k in TIMELINE_KEYS}})
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in new))
-    tmp.replace(path)
-    return len(rows), sum(a is not b for a, b in zip(rows, new, strict=True))
+        given += 1
+    return new, given
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The bench's rows of ``path``; SystemExit (one line) if it holds anything else."""
+    try:
+        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        for r in rows:
+            case_key(r)
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+        raise SystemExit(f"{path}: not rows of the bench ({type(e).__name__}: {e}); nothing written") from None
+    return rows
+
+
+def add_timelines(paths: Sequence[Path], rerun: Path) -> list[tuple[Path, int, int]]:
+    """:func:`with_timelines` for every file, each checked before any is written: (path, rows, rows given them)."""
+    done = [(p, *with_timelines(p, rerun)) for p in paths]
+    for p, rows, _ in done:
+        tmp = p.with_suffix(p.suffix + ".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp.replace(p)
+    return [(p, len(rows), given) for p, rows, given in done]
 
 
 def main() -> None:
@@ -113,13 +137,8 @@ def main() -> None:
     if a.timelines_from is not None:
         if not a.timelines_from.is_file():
             raise SystemExit(f"--timelines-from {a.timelines_from}: no such file")
-        for p in a.runs:
-            try:
-                n, changed = add_timelines(p, a.timelines_from)
-            except (json.JSONDecodeError, KeyError) as e:
-                raise SystemExit(f"--timelines-from {a.timelines_from} or {p}: not rows of the bench ({e}); "
-                                 "nothing written") from None
-            print(f"{p}: {changed} of {n} rows given their export timeline from {a.timelines_from}")
+        for p, n, given in add_timelines(a.runs, a.timelines_from):
+            print(f"{p}: {given} of {n} rows given their export timeline from {a.timelines_from}")
         return
     for p in a.runs:
         n, changed = rescore_file(p, a.jobs)

@@ -76,7 +76,8 @@ def export_choice(recs: Sequence[TrialRecord], space: SearchSpace) -> ConfigEvid
 class Progress:
     first: float | None  # GPU-hours until the export is first truly within 2 %
     stable: float | None  # GPU-hours from which it stays within 2 % to the end
-    curve: tuple[tuple[float, float], ...] = ()  # (GPU-hours, true regret of the export then), capped
+    curve: tuple[tuple[float, float], ...] = ()  # (GPU-hours, true regret of the export from then), capped;
+    # a point where the export changed (the regret is a step function between them)
 
 
 REGRET_CAP = 1.0  # no export, one over the OOM limit, or one that does not serve: regret 100 %

@@ -4,7 +4,9 @@
 same study as ``run.py`` and prints, per trial, its role, whether it stopped early, its params, the main
 objective as measured and as the truth's noise-free value, its true regret against the truth's refined best
 (refine.py) and how the sweep chose it; then how many of the measured configs were within 2 % of that best (did
-the search find one, whatever it exported) and the export rule's pick and its notes. It is how the README's "What the development truths show" was read. ALL
+the search find one, whatever it exported), the export's path (the pick after each completion where it changed,
+with the rule that made it and its true regret: how it entered the 2 % band and whether it left it) and the export
+rule's final pick and its notes. It is how the README's "What the development truths show" was read. ALL
 FIGURES ARE SIMULATED. Development truth seeds only (seeds.py): looking at an evaluation truth trial by
 trial is developing on it.
 """
@@ -81,7 +83,7 @@ def export_path(bench: Any, truth: Truth, best: dict[str, Any]) -> list[str]:
             out.append(f"export after trial {x.record.number}: nothing to export")
             continue
         row = truth.value(c.config.flags)
-        ok = gt.feasible(row, truth.main) and truth.regret(row, best) <= 0.02
+        ok = truth.within(row, best)
         out.append(f"export after trial {x.record.number}: trial {c.config.first.number}'s config, {c.config.n} runs "
                    f"({c.rule}); regret {truth.regret(row, best):.3f} against the refined best"
                    f"{', within 2 %' if ok else ''}")

@@ -37,7 +37,8 @@ KEYS = {
     "within_2pct_space": bool,
     # the export rule's pick where it changed, and the GPU-hour figures against the refined best from it
     "export_timeline": list, "gpu_hours_to_2pct_space": (*NUMBER, type(None)),
-    "gpu_hours_to_2pct_stable_space": (*NUMBER, type(None)), "regret_auc_space": NUMBER,
+    "gpu_hours_to_2pct_stable_space": (*NUMBER, type(None)),
+    "gpu_hours_to_2pct_stable_frac_space": (*NUMBER, type(None)), "regret_auc_space": NUMBER,
 }
 
 

@@ -121,19 +121,21 @@ def test_a_goal_row_gives_each_scenario_the_verdict_its_paired_line_gives():
 def test_stable_gpu_hours_against_the_refined_best_when_rows_carry_their_timeline(tmp_path):
     """Rows run with their export timeline have the GPU-hour figures against the refined best
     (run.py, rescore.py): the table and the goal row give them beside the grid's; older rows give none."""
-    def timed(strategy, m, grid, space):
+    def timed(strategy, m, grid, space, back=2.0):
         return {**_row(strategy, "a", 1000, m, True, 0.05, stable=grid), "regret_auc_space": 0.1,
                 "gpu_hours_to_2pct": 1.0, "gpu_hours_to_2pct_stable": 1.0, "gpu_hours_to_2pct_space": 2.0,
-                "gpu_hours_to_2pct_stable_space": None if space is None else 2.0,
+                "gpu_hours_to_2pct_stable_space": None if space is None else back,
                 "gpu_hours_to_2pct_stable_frac_space": space}
-    rows = [timed("autotune", m, 0.2, 0.6) for m in (0, 1)] + [timed("auto-tune-sh", m, 0.9, None) for m in (0, 1)]
+    # autotune's third export left the refined band at some point and was back in it from 3 GPU-hours
+    rows = [timed("autotune", m, 0.2, 0.6, back=3.0 if m == 2 else 2.0) for m in (0, 1, 2)]
+    rows += [timed("auto-tune-sh", m, 0.9, None) for m in (0, 1, 2)]
     path = tmp_path / "runs.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     E.main(["--runs", str(path)])
     text = (tmp_path / "results.md").read_text()
-    assert "| 0.200 (refined best: 0.600) | 2 / 0 (refined best: 2 / 0) |" in text
-    # auto-tune-sh's exports entered the refined band and left it again: never stable there
-    assert "| 0.900 (refined best: never) | 2 / 0 (refined best: 2 / 2) |" in text
+    assert "| 0.200 (refined best: 0.600) | 3 / 0 / 0 (refined best: 3 / 1 / 0) |" in text
+    # auto-tune-sh's exports entered the refined band and were outside it at the end: never stable there
+    assert "| 0.900 (refined best: never) | 3 / 0 / 0 (refined best: 3 / 3 / 3) |" in text
     assert "(refined best: 0.100) |" in text  # the regret AUC against the refined best
     goals = text[text.index("## Goals"):]
     assert "| stable GPU-h to 2 % <= 1/4 of auto-tune-sh's (medians, / budget) | 0.200 vs 0.900" in goals

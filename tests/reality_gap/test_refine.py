@@ -192,11 +192,19 @@ def test_timelines_come_from_a_rerun_that_agrees_on_everything_else(tmp_path):
     runs.write_text(json.dumps(row) + "\n" + json.dumps(other) + "\n")
     again.write_text(json.dumps({**rerun, "regret": 0.02}) + "\n")
     before = runs.read_text()
+    good = tmp_path / "good.jsonl"  # a second file the rerun agrees with: not written either
+    good.write_text(json.dumps({**row, "truth_seed": 1001}) + "\n")
     with pytest.raises(SystemExit, match="differs from .* in 'regret'"):
-        rescore.add_timelines(runs, again)
-    assert runs.read_text() == before
+        rescore.add_timelines([good, runs], again)
+    assert runs.read_text() == before and "export_timeline" not in good.read_text()
+    again.write_text(json.dumps(rerun) + "\n" + json.dumps(rerun) + "\n")
+    with pytest.raises(SystemExit, match="twice"):
+        rescore.add_timelines([runs], again)
+    again.write_text("[1]\n")
+    with pytest.raises(SystemExit, match="not rows of the bench"):
+        rescore.add_timelines([runs], again)
     again.write_text(json.dumps(rerun) + "\n")
-    assert rescore.add_timelines(runs, again) == (2, 1)
+    assert rescore.add_timelines([runs], again) == [(runs, 2, 1)]
     a, b = (json.loads(x) for x in runs.read_text().splitlines())
     assert a == {**row, **timeline} and b == other  # the row's own runtime and regret AUC are kept
-    assert rescore.add_timelines(runs, again) == (2, 0)
+    assert rescore.add_timelines([runs], again) == [(runs, 2, 0)]
