@@ -255,9 +255,10 @@ def goals(rows: list[dict[str, Any]]) -> list[str]:
         met = all(p.split(" (AUC")[0].endswith(("ahead", "interval")) for p in per)
         out.append(f"| ahead of {b} on every scenario (within-2 % rate, paired; regret AUC in brackets) | "
                    f"{'; '.join(per)} | {'yes' if met else 'no'} |")
-    out.append(gpu_hours_goal(auto, [r for r in rows if r["strategy"] == GOAL_GPU_H_VS[0]], space=False))
-    if has_hours_space(auto) and has_hours_space([r for r in rows if r["strategy"] == GOAL_GPU_H_VS[0]]):
-        out.append(gpu_hours_goal(auto, [r for r in rows if r["strategy"] == GOAL_GPU_H_VS[0]], space=True))
+    base_rows = [r for r in rows if r["strategy"] == GOAL_GPU_H_VS[0]]
+    out.append(gpu_hours_goal(auto, base_rows, space=False))
+    if has_hours_space(auto) and has_hours_space(base_rows):
+        out.append(gpu_hours_goal(auto, base_rows, space=True))
     over = sum(over_limit(r) for r in auto)
     out.append(f"| 0 autotune exports over the true OOM limit | {over} | {'yes' if over == 0 else 'no'} |")
     wrong = sum(int(r["wrongly_rejected"]) for r in auto)

@@ -58,10 +58,15 @@ def rescore_file(path: Path, jobs: int = 2) -> tuple[int, int]:
     truths: dict[tuple, tuple[Truth, dict[str, Any]]] = {}
     rows = [json.loads(line) for line in lines]
     new = [rescored(r, truths, jobs) for r in rows]
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in new))
-    tmp.replace(path)
+    write_rows(path, new)
     return len(rows), sum(a is not b for a, b in zip(rows, new, strict=True))
+
+
+def write_rows(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Replace ``path`` whole with ``rows`` (a temporary file renamed over it: never half-written)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.replace(path)
 
 
 TIMELINE_KEYS = ("export_timeline", *refine.HOUR_KEYS)
@@ -121,9 +126,7 @@ def add_timelines(paths: Sequence[Path], rerun: Path) -> list[tuple[Path, int, i
     """:func:`with_timelines` for every file, each checked before any is written: (path, rows, rows given them)."""
     done = [(p, *with_timelines(p, rerun)) for p in paths]
     for p, rows, _ in done:
-        tmp = p.with_suffix(p.suffix + ".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        tmp.replace(p)
+        write_rows(p, rows)
     return [(p, len(rows), given) for p, rows, given in done]
 
 

@@ -104,8 +104,9 @@ def run_case(scenario: str, truth_seed: int, strategy: str, *, trials: int | Non
     bench = run_strategy(truth, strategy, study_seed, case_budget, jobs, log)
     study_s = time.time() - t1
     out = score_case(bench, truth, strategy, study_seed, case_budget)
-    out.update(refine.scores(truth, out["exported_flags"], jobs, log))
-    out.update(refine.hour_scores(truth, out["export_timeline"], out["budget_gpu_hours"], jobs, log))
+    best = refine.space_best(truth, jobs, log)  # read (or computed) once for both
+    out.update(refine.scores(truth, out["exported_flags"], best=best))
+    out.update(refine.hour_scores(truth, out["export_timeline"], out["budget_gpu_hours"], best=best))
     if calibrate:
         out["calibration"] = calibration_errors(bench, truth)
     out["runtime_s"] = {"total": round(time.time() - t0, 1), "study": round(study_s, 1),

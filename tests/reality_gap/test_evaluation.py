@@ -16,6 +16,14 @@ def _row(strategy, scenario, truth, study, within, auc, kind="eval", family="str
             "truth_kind": kind, "truth_family": family}
 
 
+def _report(tmp_path, rows) -> str:
+    """The report of ``rows`` as the bench would have written them (results.md beside runs.jsonl)."""
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    E.main(["--runs", str(path)])
+    return (tmp_path / "results.md").read_text()
+
+
 def test_report_keeps_eval_rows_pairs_cases_and_reads_goals(tmp_path):
     rows = []
     for sc in ("a", "b"):
@@ -27,10 +35,7 @@ def test_report_keeps_eval_rows_pairs_cases_and_reads_goals(tmp_path):
                 rows.append(_row("tpe-confirm", sc, t, m, t == 1000, 0.20, stable=0.9))
     rows.append(_row("autotune", "a", 3, 0, False, 0.9, kind="dev"))  # development seed: left out
     rows.append(_row("autotune", "a", 1000, 0, False, 0.9, family="constants"))  # other family: left out
-    path = tmp_path / "runs.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    E.main(["--runs", str(path)])
-    text = (tmp_path / "results.md").read_text()
+    text = _report(tmp_path, rows)
     assert "SIMULATED" in text
     assert text.index("## a ") < text.index("## b ") < text.index("## All scenarios") < text.index("## Goals")
     assert "| autotune | 12 | 100 % [100 %, 100 %]" in text  # dev and other-family rows are not counted
@@ -41,7 +46,7 @@ def test_report_keeps_eval_rows_pairs_cases_and_reads_goals(tmp_path):
             "a: ahead (AUC: ahead); b: ahead (AUC: ahead) | yes |") in goals
     assert "| 0 autotune exports over the true OOM limit | 0 | yes |" in goals
     assert "Evaluation truth seeds only; 48 rows. Command: `.venv/bin/python -m experiments.reality_gap.evaluation --runs" in text
-    E.main(["--runs", str(path), "--kind", "dev"])
+    E.main(["--runs", str(tmp_path / "runs.jsonl"), "--kind", "dev"])
     dev = (tmp_path / "results-dev.md").read_text()
     assert "Development truth seeds only (looked at while developing: not the goal figures); 1 row." in dev
     assert "Evaluation truth seeds" not in dev and "--kind dev`" in dev
@@ -87,10 +92,7 @@ def test_the_refined_best_gets_its_own_column_and_goal_row(tmp_path):
     rows = [{**_row("autotune", "a", 1000, m, True, 0.05), "within_2pct_space": m == 0} for m in (0, 1)]
     rows += [_row("tpe-confirm", "a", 1000, m, True, 0.05) for m in (0, 1)]  # scored before refine.py
     rows += [{**_row("sim-best", "a", 1000, m, True, 0.05), "within_2pct_space": False} for m in (0, 1)]
-    path = tmp_path / "runs.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    E.main(["--runs", str(path)])
-    text = (tmp_path / "results.md").read_text()
+    text = _report(tmp_path, rows)
     assert "| autotune | 2 | 100 % [100 %, 100 %] | 50 % [" in text
     assert "| tpe-confirm | 2 | 100 % [100 %, 100 %] | — |" in text
     assert "the same against the space's refined best (refine.py; a stricter best than the grid's) | 50 %" in text
@@ -129,10 +131,7 @@ def test_stable_gpu_hours_against_the_refined_best_when_rows_carry_their_timelin
     # autotune's third export left the refined band at some point and was back in it from 3 GPU-hours
     rows = [timed("autotune", m, 0.2, 0.6, back=3.0 if m == 2 else 2.0) for m in (0, 1, 2)]
     rows += [timed("auto-tune-sh", m, 0.9, None) for m in (0, 1, 2)]
-    path = tmp_path / "runs.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    E.main(["--runs", str(path)])
-    text = (tmp_path / "results.md").read_text()
+    text = _report(tmp_path, rows)
     assert "| 0.200 (refined best: 0.600) | 3 / 0 / 0 (refined best: 3 / 1 / 0) |" in text
     # auto-tune-sh's exports entered the refined band and were outside it at the end: never stable there
     assert "| 0.900 (refined best: never) | 3 / 0 / 0 (refined best: 3 / 3 / 3) |" in text
@@ -141,7 +140,5 @@ def test_stable_gpu_hours_against_the_refined_best_when_rows_carry_their_timelin
     assert "| stable GPU-h to 2 % <= 1/4 of auto-tune-sh's (medians, / budget) | 0.200 vs 0.900" in goals
     assert "| ... the same against the space's refined best | 0.600 vs never (ratio 0.000) | yes |" in goals
     old = [_row("autotune", "a", 1000, 0, True, 0.05), _row("auto-tune-sh", "a", 1000, 0, True, 0.05)]
-    path.write_text("\n".join(json.dumps(r) for r in old) + "\n")
-    E.main(["--runs", str(path)])
-    text = (tmp_path / "results.md").read_text()
+    text = _report(tmp_path, old)
     assert "refined best:" not in text and "the same against the space's refined best |" not in text

@@ -190,9 +190,10 @@ def test_timelines_come_from_a_rerun_that_agrees_on_everything_else(tmp_path):
     rerun = {**row, **timeline, "regret_auc": 0.25 + 1e-15, "runtime_s": {"study": 50.0}}
     runs, again = tmp_path / "runs.jsonl", tmp_path / "again.jsonl"
     runs.write_text(json.dumps(row) + "\n" + json.dumps(other) + "\n")
-    again.write_text(json.dumps({**rerun, "regret": 0.02}) + "\n")
+    # the rerun agrees with the second file's one case (truth 1001) and not with runs.jsonl's
+    again.write_text(json.dumps({**rerun, "regret": 0.02}) + "\n" + json.dumps({**rerun, "truth_seed": 1001}) + "\n")
     before = runs.read_text()
-    good = tmp_path / "good.jsonl"  # a second file the rerun agrees with: not written either
+    good = tmp_path / "good.jsonl"  # checked first, and fine: still not written, since runs.jsonl is refused
     good.write_text(json.dumps({**row, "truth_seed": 1001}) + "\n")
     with pytest.raises(SystemExit, match="differs from .* in 'regret'"):
         rescore.add_timelines([good, runs], again)
