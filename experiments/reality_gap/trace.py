@@ -2,7 +2,7 @@
 
 ``python -m experiments.reality_gap.trace --scenario small-highconc --truth-seed 3 --study-seed 0`` runs the
 same study as ``run.py`` and prints, per trial, its role, whether it stopped early, its params, the main
-objective as measured and as the truth's noise-free value, its true regret against the truth's refined best
+objective and OOMs per 1000 requests as measured and as the truth's noise-free values, its true regret against the truth's refined best
 (refine.py) and how the sweep chose it; then how many of the measured configs were within 2 % of that best (did
 the search find one, whatever it exported), the export's path (the pick after each completion where it changed,
 with the rule that made it and its true regret: how it entered the 2 % band and whether it left it) and the export
@@ -57,6 +57,7 @@ def trace(scenario: str, truth_seed: int, study_seed: int, strategy: str = "auto
         lines.append(f"{r.number} {r.role} {r.shown_state}{' early-stopped' if r.early_stopped else ''} "
                      f"{r.params} measured {measured if measured is None else round(measured, 3)} "
                      f"true {true if true is None else round(true, 3)} "
+                     f"oom_per_1k measured {_oom(r.metrics)} true {_oom(row)} "
                      f"regret {'-' if regret is None else f'{regret:.3f}'} {why.get(r.number, '')}".rstrip())
     near = sorted(found.values())
     lines.append(f"measured: {len(found)} configs, {sum(v <= 0.02 for v in near)} within 2 % of the refined best "
@@ -71,6 +72,12 @@ def trace(scenario: str, truth_seed: int, study_seed: int, strategy: str = "auto
                      f"grid's best, {truth.regret(row, best):.4f} against the refined best")
         lines.extend(f"  note: {n}" for n in pick.notes)
     return lines
+
+
+def _oom(values: Any) -> str:
+    """OOMs per 1000 requests in ``values`` (a trial's metrics or a truth row), '-' when absent."""
+    v = None if values is None else values.get("oom_per_1k")
+    return "-" if v is None else f"{v:.2f}"
 
 
 def export_path(bench: Any, truth: Truth, best: dict[str, Any]) -> list[str]:

@@ -76,6 +76,11 @@ def test_the_trace_values_every_measured_config_against_the_refined_best():
     assert "refined best" in lines[0]
     trials = [x for x in lines[1:] if x[:1].isdigit()]
     assert trials and all(" regret " in x for x in trials)
+    # OOMs beside the latency, as measured and as true: a config the rule passed over for one engine death
+    # shows why (a launch that never served has no measured value: "-")
+    ooms = [x.split(" oom_per_1k measured ")[1].split(" regret ")[0].split(" true ") for x in trials]
+    assert len(ooms) == len(trials) and all(m == "-" or float(m) >= 0 for m, _ in ooms)
+    assert any(m != "-" for m, _ in ooms)
     summary = next(x for x in lines if x.startswith("measured: "))
     configs, within = (int(w) for w in summary.split()[1:4:2])
     assert 0 <= within <= configs <= len(trials)
