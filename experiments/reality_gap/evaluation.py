@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments.reality_gap.bench import seeds as seed_list
 from experiments.reality_gap.refine import HOUR_KEYS
 from experiments.reality_gap.strategies import STRATEGIES
 from experiments.reality_gap.truth import OOM_LIMIT
@@ -272,8 +273,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--family", default="structural")
     ap.add_argument("--kind", default="eval", choices=("eval", "dev", "other"))
     ap.add_argument("--out", type=Path, help="default: results.md beside --runs")
+    ap.add_argument("--study-seeds", type=seed_list, metavar="SEEDS",
+                    help="only the rows of these study seeds ('0' or '0-1'): e.g. the ones run again with their "
+                         "export timeline, whose GPU-hour figures against the refined best exist")
     args = ap.parse_args(argv)
     rows = load(args.runs, args.family, args.kind)
+    if args.study_seeds is not None:
+        rows = [r for r in rows if r["study_seed"] in args.study_seeds]
     command = " ".join([".venv/bin/python -m experiments.reality_gap.evaluation", *(argv if argv is not None else sys.argv[1:])])
     text = "\n".join(report(rows, args.kind, command)) + "\n"
     out = args.out or args.runs.parent / ("results.md" if args.kind == "eval" else f"results-{args.kind}.md")

@@ -50,6 +50,10 @@ def test_report_keeps_eval_rows_pairs_cases_and_reads_goals(tmp_path):
     dev = (tmp_path / "results-dev.md").read_text()
     assert "Development truth seeds only (looked at while developing: not the goal figures); 1 row." in dev
     assert "Evaluation truth seeds" not in dev and "--kind dev`" in dev
+    # one study seed's rows only (the ones rerun with their export timeline): a third of the cases, said so
+    E.main(["--runs", str(tmp_path / "runs.jsonl"), "--study-seeds", "0", "--out", str(tmp_path / "s0.md")])
+    s0 = (tmp_path / "s0.md").read_text()
+    assert "| autotune | 4 | 100 % [100 %, 100 %]" in s0 and "; 16 rows. Command: " in s0 and "--study-seeds 0" in s0
 
 
 def test_a_tie_is_said_as_one_and_a_bootstrap_is_deterministic():
