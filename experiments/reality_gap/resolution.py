@@ -44,7 +44,7 @@ from typing import Any
 from experiments.reality_gap import seeds
 from experiments.reality_gap.bench import seeds as seed_list
 from experiments.reality_gap.noise import noisy_runs
-from experiments.reality_gap.truth import Truth
+from experiments.reality_gap.truth import WITHIN, Truth
 from experiments.scenarios import ground_truth as gt
 
 SEED0 = 40001  # server-start seeds no study, brute force or other probe uses; config i takes SEED0 + 1000 i
@@ -56,7 +56,6 @@ SUMMARIES: dict[str, Callable[[Sequence[float]], float]] = {"mean": statistics.m
 SUMMARIES_KEYS = {"mean": "ordered_right", "median": "ordered_right_median"}
 DRAWS = 400  # resampled races per pair and n
 Z95 = 1.645  # one-sided: the better config first 95 % of the time
-BAND = 0.02
 NEAR = 0.10  # configs up to 10 % worse than the best: where finalists come from
 
 
@@ -70,14 +69,9 @@ def near_best(truth: Truth, k: int) -> list[dict[str, Any]]:
     between a grid's top configs."""
     rows = [r for r in truth.grid.rows if gt.feasible(r, truth.main)]
     rows.sort(key=lambda r: -r[truth.main] if truth.maximize else r[truth.main])
-    rows = [r for r in rows if gap(rows[0][truth.main], r[truth.main], truth.maximize) <= NEAR]
+    rows = [r for r in rows if truth.regret(r, rows[0]) <= NEAR]
     picks = sorted({round(i * (len(rows) - 1) / max(k - 1, 1)) for i in range(k)})
     return [truth.params(rows[i]) for i in picks]
-
-
-def gap(a: float, b: float, maximize: bool) -> float:
-    """How much worse ``b`` is than ``a``, relative to ``a`` (``a`` the better)."""
-    return 1.0 - b / a if maximize else b / a - 1.0
 
 
 def ordered_right(better: Sequence[float], worse: Sequence[float], n: int, maximize: bool,
@@ -92,8 +86,8 @@ def ordered_right(better: Sequence[float], worse: Sequence[float], n: int, maxim
 
 
 def runs_needed(cv: float) -> int:
-    """Runs per config a normal approximation needs to order two configs ``BAND`` apart 95 % of the time."""
-    return math.ceil(2 * (Z95 * cv / BAND) ** 2)
+    """Runs per config a normal approximation needs to order two configs ``WITHIN`` (2 %) apart 95 % of the time."""
+    return math.ceil(2 * (Z95 * cv / WITHIN) ** 2)
 
 
 def case(scenario: str, truth_seed: int, configs: int, runs: int) -> dict[str, Any]:
@@ -108,18 +102,17 @@ def case(scenario: str, truth_seed: int, configs: int, runs: int) -> dict[str, A
     rng = random.Random(truth_seed)
     shares = {name: {gap_label(*g): {n: [] for n in RUNS_PER_MEAN} for g in GAPS} for name in SUMMARIES}
     for (fa, va), (fb, vb) in itertools.combinations(measured, 2):
-        d = gap(fa, fb, truth.maximize)
+        d = truth.regret({truth.main: fb}, {truth.main: fa})
         label = next(gap_label(lo, hi) for lo, hi in GAPS if lo <= d < hi)
         for name, summary in SUMMARIES.items():
             for n in RUNS_PER_MEAN:
                 shares[name][label][n].append(ordered_right(va, vb, n, truth.maximize, rng, summary))
     feasible = [r for r in truth.grid.rows if gt.feasible(r, truth.main)]
-    in_band = sum(gap(float(truth.best[truth.main]), float(r[truth.main]), truth.maximize) <= BAND for r in feasible)
     cv = statistics.median(statistics.stdev(v) / abs(statistics.mean(v)) for _, v in measured)
     return {"note": "SIMULATED", "scenario": scenario, "truth_seed": truth_seed, "configs": len(measured),
             "runs": runs, "cv": round(cv, 4), "runs_needed_2pct": runs_needed(cv),
-            "spread_of_values_pct": round(100 * gap(measured[0][0], measured[-1][0], truth.maximize), 1),
-            "grid_configs_within_2pct": in_band, "grid_configs_feasible": len(feasible),
+            "spread_of_values_pct": round(100 * truth.regret({truth.main: measured[-1][0]}, {truth.main: measured[0][0]}), 1),
+            "grid_configs_within_2pct": sum(truth.within(r) for r in feasible), "grid_configs_feasible": len(feasible),
             **{key: {label: {str(n): (round(statistics.mean(v), 3) if v else None, len(v)) for n, v in by_n.items()}
                      for label, by_n in shares[name].items()} for name, key in SUMMARIES_KEYS.items()}}
 
