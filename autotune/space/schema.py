@@ -392,6 +392,9 @@ class ExportSection(_Strict):
     # profiles more) before the config stops starting; configs with less are exported only
     # when no config with this margin is within the best one's confidence interval.
     min_headroom_gib: float = Field(default=1.0, ge=0)
+    # How a config's runs are summarised where configs are ranked (the export, the race, status):
+    # "median" from three runs up is robust to an outlier server start (docs/export.md).
+    center: Literal["mean", "median"] = "mean"
 
 
 class ClusterSpec(_Strict):

@@ -76,13 +76,16 @@ ABLATIONS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # the sweep's second half kept to a trust region around the measured leader.
     "autotune-local": ({"sweep_local_from": 0.5}, {}),
 }
+# name -> export section changes on top of the shipped space. Tried on the development truths (README,
+# "The median of a config's runs"): the export rule and the race rank configs by the median of their runs.
+EXPORT_VARIANTS: dict[str, dict[str, Any]] = {"autotune-median": {"center": "median"}}
 BASELINES = ("random", "tpe", "grid", "tpe-confirm", "sim-best", "auto-tune-sh")
 # tpe-confirm with the same part on (README, "Leader repeats"); not a baseline a user tries first.
 LEADER_BASELINE = "tpe-confirm-leader"
 # Every grid config once, then confirmation: what the race and the export rule reach without a search's misses;
 # name -> study.confirm changes. grid-all-race24 races the same finalists with 4x the runs (3 x 8 = 24).
 CEILINGS: dict[str, dict[str, Any]] = {"grid-all": {}, "grid-all-race24": {"repeats": 8}}
-STRATEGIES = (*BASELINES, "autotune", *ABLATIONS, LEADER_BASELINE, *CEILINGS)
+STRATEGIES = (*BASELINES, "autotune", *ABLATIONS, *EXPORT_VARIANTS, LEADER_BASELINE, *CEILINGS)
 
 
 def variant(space: SearchSpace, strategy: str) -> SearchSpace:
@@ -92,6 +95,8 @@ def variant(space: SearchSpace, strategy: str) -> SearchSpace:
     if strategy in ABLATIONS:
         switches, confirm = ABLATIONS[strategy]
         return _with_study(space, space.study.sampler, switches, confirm)
+    if strategy in EXPORT_VARIANTS:
+        return space.model_copy(update={"export": space.export.model_copy(update=EXPORT_VARIANTS[strategy])})
     if strategy in ("random", "tpe"):
         return _with_study(space, strategy, PLAIN, {"finalists": 0})
     if strategy in ("tpe-confirm", LEADER_BASELINE):

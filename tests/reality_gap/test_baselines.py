@@ -169,3 +169,12 @@ def test_the_ceiling_measures_every_grid_config_once_then_races_them(tiny):
     assert len(confirm) == 2 and all(r.repeat_of is not None for r in confirm)
     out = run_case(tiny, 0, "grid-all", jobs=1, seed=0)
     assert out["launched"] == 10 and out["confirmation_runs"] == 2 and out["exported_flags"] is not None
+
+
+def test_the_median_variant_changes_only_how_runs_are_summarised(tiny):
+    """autotune-median (tried on the development truths, README): the shipped space with ``export.center``
+    median, nothing else; a study of it ranks by its configs' medians."""
+    space = load_space(tiny)
+    med = variant(space, "autotune-median")
+    assert med.export.center == "median" and space.export.center == "mean"
+    assert med.model_copy(update={"export": space.export}) == space

@@ -101,6 +101,7 @@ CASES = [
     Case("confirm-unknown-key", "study.confirm.runs: unknown key", _set("study.confirm", {"runs": 2})),
     Case("margin-negative", "export.min_headroom_gib: Input should be greater than or equal to 0",
          _set("export.min_headroom_gib", -0.5)),
+    Case("center-unknown", "export.center: Input should be 'mean' or 'median'", _set("export.center", "mode")),
     Case("model-profile-missing", "model_profile is nominal, calibrated or a SimProfile file",
          _set("study.strategy.model_profile", "missing.yaml")),
     Case("screen-candidates-one", "study.strategy.screen_candidates: Input should be greater than or equal to 2",

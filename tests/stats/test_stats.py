@@ -16,6 +16,7 @@ import pytest
 from autotune.study.analysis.stats import (
     beta_cdf,
     beta_quantile,
+    center_of,
     clopper_pearson_upper,
     mean_interval,
     pooled_relative_sd,
@@ -140,3 +141,12 @@ def test_clopper_pearson_bound_holds_the_true_rate_at_least_95_percent_of_the_ti
     for p in (0.0005, 0.002, 0.01):
         held = sum(clopper_pearson_upper(sum(rng.random() < p for _ in range(1000)), 1000) >= p for _ in range(400))
         assert 0.95 <= held / 400 <= 1.0, (p, held)
+
+
+def test_the_median_center_ignores_one_outlier_run_among_three():
+    runs = [30.0, 30.3, 42.0]  # one server start 40 % slow
+    assert center_of(runs) == pytest.approx(34.1)
+    assert center_of(runs, "median") == 30.3
+    assert center_of([30.0, 42.0], "median") == 36.0  # two runs: no median apart from the mean
+    m, med = mean_interval(runs, 0.05, 8), mean_interval(runs, 0.05, 8, center="median")
+    assert med.mean == 30.3 and med.high - med.low == pytest.approx((m.high - m.low) * 30.3 / 34.1)

@@ -201,3 +201,12 @@ def test_a_goodput_study_exports_the_highest_goodput_not_the_lowest_latency():
     assert choice.rule.startswith("highest goodput_rps_per_gpu pessimistic end")
     # The same trials in the flagship space (objectives OOMs, p99): the lowest p99.
     assert choose_for_export(study, SPACE, 1.0).trial.number == fast
+
+
+def test_a_median_export_passes_over_a_config_whose_mean_one_slow_start_inflated():
+    study = _study()
+    steady = _confirmed(study, (0.94, "fp8"), [31.0, 31.2, 30.8])
+    unlucky = _confirmed(study, ROOMY, [30.0, 30.2, 40.0])  # one outlier start: mean 33.4, median 30.2
+    assert choose_for_export(study, SPACE, 1.0).trial.number == steady
+    median = SPACE.model_copy(update={"export": SPACE.export.model_copy(update={"center": "median"})})
+    assert choose_for_export(study, median, 1.0).trial.number == unlucky

@@ -148,7 +148,8 @@ def summarize(records: Iterable[TrialRecord], space: SearchSpace) -> StudyEviden
               for m in metrics}
     configs = []
     for g, ok in zip(groups, usable, strict=True):
-        intervals = {m: stats.mean_interval(_values(g, m), *spread[m]) for m in metrics if _values(g, m)}
+        intervals = {m: stats.mean_interval(_values(g, m), *spread[m], center=space.export.center)
+                     for m in metrics if _values(g, m)}
         configs.append(ConfigEvidence(dict(g[0].flags), tuple(g), ok, _ooms(g), intervals,
                                       headroom(g[0].flags, [r.metrics for r in g], space)))
     return StudyEvidence(configs, spread)
