@@ -198,9 +198,6 @@ def with_prior_sd(sd: float, df: int, prior_sd: float, prior_df: int = SPREAD_PR
     return math.sqrt((prior_df * prior_sd ** 2 + df * sd ** 2) / (prior_df + df))
 
 
-CENTERS = ("mean", "median")  # how a config's runs are summarised before configs are compared
-
-
 def center_of(values: Sequence[float], center: str = "mean") -> float:
     """The mean of ``values``, or with ``center="median"`` their median from three values up.
     The median is the robust choice when some server starts are outliers (a run 10-50 % slow,
