@@ -209,7 +209,7 @@ def _recommended_line(choice: Choice | None, metric: str) -> str:
     c = choice.config
     i = c.interval(metric)
     if i.known:
-        runs = f"mean of {c.n} runs" if c.n > 1 else "single run"
+        runs = f"{c.center_word} of {c.n} runs" if c.n > 1 else "single run"
         fig = (f"{metric} {display(metric, i.mean)} ({runs}, 95 % interval {display(metric, i.low)} to "
                f"{display(metric, i.high)})")
     else:

@@ -27,7 +27,7 @@ def evidence_lines(choice: Choice, study: StudyEvidence, max_oom_per_1k: float, 
         if not i.known:
             lines.append(f"{metric}: {_fmt(i.mean, metric)} (one run: no interval)")
             continue
-        what = "mean of the runs" if c.n > 1 else "one run"
+        what = f"{c.center_word} of the runs" if c.n > 1 else "one run"
         lines.append(f"{metric}: {_fmt(i.mean, metric)} ({what}; 95 % interval {_fmt(i.low, metric)} to "
                      f"{_fmt(i.high, metric)}{_spread(study, metric)})")
     lines.append(oom_line(c, max_oom_per_1k, choice.tier == SHOWN))

@@ -151,9 +151,9 @@ def _evidence_words(c: ConfigEvidence, trial: int, metric: str) -> str:
     if c.n == 1:
         return f"single run: {metric} {display(metric, i.mean)}"
     if trial != c.first.number:
-        return f"repeat of trial {c.first.number} (the mean is on trial {c.first.number})"
+        return f"repeat of trial {c.first.number} (the {c.center_word} is on trial {c.first.number})"
     ci = f" [{number(i.low, 4)}, {number(i.high, 4)}]" if i.known else ""
-    return (f"mean of {c.n} runs: {metric} {display(metric, i.mean)}{ci} "
+    return (f"{c.center_word} of {c.n} runs: {metric} {display(metric, i.mean)}{ci} "
             f"(trials {', '.join(map(str, c.numbers))})")
 
 

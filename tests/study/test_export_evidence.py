@@ -210,3 +210,31 @@ def test_a_median_export_passes_over_a_config_whose_mean_one_slow_start_inflated
     assert choose_for_export(study, SPACE, 1.0).trial.number == steady
     median = SPACE.model_copy(update={"export": SPACE.export.model_copy(update={"center": "median"})})
     assert choose_for_export(study, median, 1.0).trial.number == unlucky
+
+
+def test_a_median_export_says_median_where_it_words_the_ranked_value():
+    """With export.center median the value shown is the median of the runs; the words say so
+    (export header, status's recommended line, MLflow's evidence tag), and a config with two
+    runs, which has no median apart from its mean, is still called a mean."""
+    from autotune.cli.status import _recommended_line
+    from autotune.export.header import evidence_lines
+    from autotune.study.analysis.export_rule import study_evidence
+    from autotune.tracking.report import _evidence_words
+
+    median = SPACE.model_copy(update={"export": SPACE.export.model_copy(update={"center": "median"})})
+    study = _study()
+    unlucky = _confirmed(study, ROOMY, [30.0, 30.2, 40.0])
+    pair = _confirmed(study, (0.94, "fp8"), [33.0, 33.2])
+    choice = choose_for_export(study, median, 1.0)
+    assert choice is not None and choice.trial.number == unlucky
+    evidence = study_evidence(study, median)
+    header = "\n".join(evidence_lines(choice, evidence, 1.0, median.export.min_headroom_gib))
+    assert "p99_e2e_s: 30.2 s (median of the runs" in header and "mean of the runs" not in header
+    assert "(median of 3 runs, 95 % interval" in _recommended_line(choice, "p99_e2e_s")
+    assert _evidence_words(choice.config, unlucky, "p99_e2e_s").startswith("median of 3 runs: p99_e2e_s 30.2")
+    two = next(c for c in evidence.configs if c.first.number == pair)
+    assert _evidence_words(two, pair, "p99_e2e_s").startswith("mean of 2 runs")
+    # The default space words the same study's values as means.
+    mean_choice = choose_for_export(study, SPACE, 1.0)
+    assert mean_choice is not None
+    assert "mean of the runs" in "\n".join(evidence_lines(mean_choice, study_evidence(study, SPACE), 1.0, 1.0))

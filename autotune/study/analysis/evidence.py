@@ -71,6 +71,13 @@ class ConfigEvidence:
     oom: OomEvidence
     intervals: dict[str, stats.Interval]  # metric -> mean and 95 % interval over the runs
     headroom: Headroom
+    center: str = "mean"  # the space's export.center: how ``intervals`` summarise the runs
+
+    @property
+    def center_word(self) -> str:
+        """What ``intervals``' value is, for people: "median" where the runs were summarised by
+        their median (export.center median, three runs up: stats.center_of), else "mean"."""
+        return "median" if self.center == "median" and self.n >= 3 else "mean"
 
     @property
     def first(self) -> TrialRecord:
@@ -151,7 +158,8 @@ def summarize(records: Iterable[TrialRecord], space: SearchSpace) -> StudyEviden
         intervals = {m: stats.mean_interval(_values(g, m), *spread[m], center=space.export.center)
                      for m in metrics if _values(g, m)}
         configs.append(ConfigEvidence(dict(g[0].flags), tuple(g), ok, _ooms(g), intervals,
-                                      headroom(g[0].flags, [r.metrics for r in g], space)))
+                                      headroom(g[0].flags, [r.metrics for r in g], space),
+                                      space.export.center))
     return StudyEvidence(configs, spread)
 
 
