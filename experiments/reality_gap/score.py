@@ -25,7 +25,7 @@ never by the study's own measurements, so a lucky measurement earns nothing.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,10 +60,11 @@ def gpu_hours_by(t: float, timed: Sequence[Timed], gpus: int) -> float:
     return gpus * sum(max(0.0, min(x.end_s, t) - x.start_s) for x in timed) / 3600.0
 
 
-def export_pick(recs: Sequence[TrialRecord], space: SearchSpace) -> Choice | None:
-    """autotune's export rule on ``recs`` (``choose_for_export``'s rule), with its reasons."""
+def export_pick(recs: Sequence[TrialRecord], space: SearchSpace, repeating: Collection[int] = ()) -> Choice | None:
+    """autotune's export rule on ``recs`` (``choose_for_export``'s rule), with its reasons;
+    ``repeating``: the trials whose configs a confirmation run still running measures again."""
     return choose(summarize(recs, space).configs, OOM_LIMIT, space.export.min_headroom_gib,
-                  rank=Ranking.for_space(space))
+                  rank=Ranking.for_space(space), repeating=repeating)
 
 
 def export_choice(recs: Sequence[TrialRecord], space: SearchSpace) -> ConfigEvidence | None:
@@ -92,14 +93,22 @@ def export_changes(timed: Sequence[Timed], space: SearchSpace) -> list[tuple[Tim
     out: list[tuple[Timed, Choice | None]] = []
     done: list[TrialRecord] = []
     last: object = object()  # no pick seen yet, not even "none"
-    for x in timed:
+    for i, x in enumerate(timed):
         done.append(x.record)
-        c = export_pick(done, space)
+        c = export_pick(done, space, _repeating_at(x.end_s, timed[i + 1:]))
         key = None if c is None else config_key(c.config.flags)
         if key != last:
             out.append((x, c))
             last = key
     return out
+
+
+def _repeating_at(t: float, later: Sequence[Timed]) -> set[int]:
+    """What ``repeats_under_way`` sees when a result arrives at simulated time ``t``: the
+    confirmation runs started before it that finish later (one dispatched at ``t`` is dispatched
+    after that result, by the loop that took it in)."""
+    return {y.record.repeat_of for y in later
+            if y.start_s < t and y.record.role == Role.CONFIRM and y.record.repeat_of is not None}
 
 
 def export_timeline(timed: Sequence[Timed], space: SearchSpace, gpus: int) -> list[Pick]:

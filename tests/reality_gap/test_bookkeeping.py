@@ -66,31 +66,35 @@ def test_first_and_stable_hours_follow_the_export_along_the_clock():
 
 def test_stable_counts_from_the_export_that_stays_within():
     # trial 0: seqs 32 (truly good) 26 s, 0 -> 1 h; trial 1: seqs 128, a lucky 24 s, 0 -> 1.5 h;
-    # trial 2: a confirmation run of trial 0's config, 25 s, 1 -> 2 h. The export rule picks
-    # 32 at 1 h, the lucky 128 at 1.5 h, and the confirmed 32 from 2 h on.
+    # trial 2: a confirmation run of trial 0's config, 25 s, 1.5 -> 2.5 h. The export rule picks
+    # 32 at 1 h, the lucky 128 at 1.5 h, and the confirmed 32 from 2.5 h on.
     recs = [_done(0, 32, 26.0), _done(1, 128, 24.0), _done(2, 32, 25.0, role=Role.CONFIRM, repeat_of=0)]
-    timed = S.timeline(recs, _log((0, 0, 1), (1, 0, 1.5), (2, 1, 2)))
+    timed = S.timeline(recs, _log((0, 0, 1), (1, 0, 1.5), (2, 1.5, 2.5)))
     assert [S.export_choice(recs[:k], SPACE).flags["max_num_seqs"] for k in (1, 2, 3)] == [32, 128, 32]
     p = S.hours_to_within(timed, SPACE, 1, _within)
     assert p.first == pytest.approx(1.0 + 1.0)  # at 1 h: trial 0's hour and trial 1's first hour
-    assert p.stable == pytest.approx(1.0 + 1.5 + 1.0)  # at 2 h, everything that ran
+    assert p.stable == pytest.approx(1.0 + 1.5 + 1.0)  # at 2.5 h, everything that ran
 
 
 def test_the_export_timeline_keeps_each_change_and_scores_against_any_best():
-    # The same study as above: the export is 32 at 1 h, the lucky 128 at 1.5 h, 32 again from 2 h.
+    # The same study as above: the export is 32 at 1 h, the lucky 128 at 1.5 h, 32 again from 2.5 h.
     recs = [_done(0, 32, 26.0), _done(1, 128, 24.0), _done(2, 32, 25.0, role=Role.CONFIRM, repeat_of=0)]
-    timed = S.timeline(recs, _log((0, 0, 1), (1, 0, 1.5), (2, 1, 2)))
+    timed = S.timeline(recs, _log((0, 0, 1), (1, 0, 1.5), (2, 1.5, 2.5)))
     picks = S.export_timeline(timed, SPACE, 1)
-    assert [(h, f["max_num_seqs"]) for h, f in picks] == [(pytest.approx(2.0), 32), (pytest.approx(3.0), 128),
+    assert [(h, f["max_num_seqs"]) for h, f in picks] == [(pytest.approx(2.0), 32), (pytest.approx(2.5), 128),
                                                           (pytest.approx(3.5), 32)]
     assert S.progress(picks, _within) == S.hours_to_within(timed, SPACE, 1, _within)
+    # Had trial 0's confirmation started before the lucky result came in (1 h instead of 1.5 h), it would
+    # have been under way then, trial 0's config confirmed already, and the export would not have moved.
+    early = S.timeline(recs, _log((0, 0, 1), (1, 0, 1.5), (2, 1, 2)))
+    assert [f["max_num_seqs"] for _, f in S.export_timeline(early, SPACE, 1)] == [32]
     # Against a stricter best, under which only 128 would be within, the same timeline reads otherwise.
     p = S.progress(picks, lambda f: f["max_num_seqs"] == 128, lambda f: 0.0 if f["max_num_seqs"] == 128 else 0.5)
-    assert p.first == pytest.approx(3.0) and p.stable is None
+    assert p.first == pytest.approx(2.5) and p.stable is None
     assert [r for _, r in p.curve] == [0.5, 0.0, 0.5]
     # A pick that does not change is not written again: a repeat of the export adds nothing.
     more = [*recs, _done(3, 32, 25.5, role=Role.CONFIRM, repeat_of=0)]
-    timed = S.timeline(more, _log((0, 0, 1), (1, 0, 1.5), (2, 1, 2), (3, 2, 3)))
+    timed = S.timeline(more, _log((0, 0, 1), (1, 0, 1.5), (2, 1.5, 2.5), (3, 2, 3)))
     assert len(S.export_timeline(timed, SPACE, 1)) == 3
 
 
@@ -130,3 +134,16 @@ def test_wrongly_rejected_and_wasted_launches():
     assert wrong == [3]
     assert S.failed_launches(recs, warm_start=False) == [1]
     assert S.failed_launches(recs, warm_start=True) == [0]
+
+
+def test_a_repeat_that_finishes_first_does_not_move_the_export_off_a_finalist_still_repeating():
+    # Two finalists: trial 0 (seqs 32, truly good) 25 s, trial 1 (seqs 64) 27 s. Their repeats start
+    # together at 2 h; 64's (trial 2) lands at 2.5 h, 32's (trial 3) at 3 h. 32's repeat is under way
+    # when 64's lands, so 32 counts as confirmed and stays the export: the timeline has no dip to 64.
+    recs = [_done(0, 32, 25.0), _done(1, 64, 27.0), _done(2, 64, 27.1, role=Role.CONFIRM, repeat_of=1),
+            _done(3, 32, 25.1, role=Role.CONFIRM, repeat_of=0)]
+    timed = S.timeline(recs, _log((0, 0, 1), (1, 0, 2), (2, 2, 2.5), (3, 2, 3)))
+    assert [f["max_num_seqs"] for _, f in S.export_timeline(timed, SPACE, 1)] == [32]
+    # Without the running repeat in view, the first confirmed finalist takes the export until the other's lands.
+    assert S.export_choice(recs[:3], SPACE).flags["max_num_seqs"] == 64
+    assert S.export_pick(recs[:3], SPACE, repeating={0}).config.flags["max_num_seqs"] == 32

@@ -238,3 +238,21 @@ def test_a_median_export_says_median_where_it_words_the_ranked_value():
     mean_choice = choose_for_export(study, SPACE, 1.0)
     assert mean_choice is not None
     assert "mean of the runs" in "\n".join(evidence_lines(mean_choice, study_evidence(study, SPACE), 1.0, 1.0))
+
+
+def test_a_finalist_whose_repeat_is_running_counts_as_confirmed():
+    """While the finalists' repeats run, the recommendation does not jump to whichever finalist's
+    repeat finished first: a config with a confirmation trial RUNNING competes as confirmed."""
+    study = _study()
+    good = _add(study, ROOMY, 29.0)
+    other = _confirmed(study, (0.94, "fp8"), [31.0, 31.1])
+    assert choose_for_export(study, SPACE, 1.0).trial.number == other  # confirmed first
+    running = study.ask()  # good's repeat, under way (as the loop enqueues it: role confirm, repeat_of)
+    running.set_user_attr("role", str(Role.CONFIRM))
+    running.set_user_attr("repeat_of", good)
+    choice = choose_for_export(study, SPACE, 1.0)
+    assert choice is not None and choice.trial.number == good
+    assert choice.rule.startswith("lowest p99_e2e_s upper bound among confirmed configs")
+    # Once it is no longer running (here: failed), good is a single measurement again.
+    study.tell(running, state=optuna.trial.TrialState.FAIL)
+    assert choose_for_export(study, SPACE, 1.0).trial.number == other

@@ -9,7 +9,10 @@
 3. Confirmed first: when configs among those were measured again by confirmation runs,
    only they compete. The others lost to them on the search's single measurements already,
    and the best of many single measurements is the luckiest as much as the best (the
-   winner's curse), which no interval of one run accounts for.
+   winner's curse), which no interval of one run accounts for. A config whose confirmation run
+   is under way counts as confirmed already: otherwise, while the finalists' repeats run, the
+   export would jump to whichever finalist's repeat happened to finish first and back when the
+   better one's lands (seen on the reality-gap benchmark's development truths).
    Rank: among them, by the space's first objective other than OOMs (:class:`Ranking`;
    p99_e2e_s when there is none), at the pessimistic end of its 95 % interval: the lowest
    upper end for a latency, for goodput or throughput the mean divided by (1 + the interval's
@@ -27,14 +30,14 @@ without step 3's preference), names the finalists confirmation measures again (:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 import optuna
 
 from autotune.space import SearchSpace
 from autotune.study.analysis.evidence import OOM_METRIC, ConfigEvidence, StudyEvidence, summarize
-from autotune.study.trials import TrialRecord, records
+from autotune.study.trials import Role, State, TrialRecord, records
 
 LATENCY = "p99_e2e_s"
 # The OOM limit confirmation chooses its finalists for: `autotune export`'s default.
@@ -117,15 +120,20 @@ def _order(c: ConfigEvidence, t: int, rank: Ranking) -> tuple[float, float, int]
 
 
 def choose(configs: Sequence[ConfigEvidence], max_oom_per_1k: float, min_headroom_gib: float,
-           confirmed_first: bool = True, rank: Ranking = P99) -> Choice | None:
-    """The export rule over ``configs`` (steps 2-4 of the module's docstring)."""
+           confirmed_first: bool = True, rank: Ranking = P99, repeating: Collection[int] = ()) -> Choice | None:
+    """The export rule over ``configs`` (steps 2-4 of the module's docstring). ``repeating``: the
+    trial numbers whose configs have a confirmation run under way (:func:`repeats_under_way`)."""
     usable = [c for c in configs if c.usable]
     if not usable:
         return None
     best_tier = min(tier(c, max_oom_per_1k) for c in usable)
     pool = [c for c in usable if tier(c, max_oom_per_1k) == best_tier]
-    confirmed = confirmed_first and any(c.confirmed for c in pool)
-    pool = sorted((c for c in pool if c.confirmed or not confirmed), key=lambda c: _order(c, best_tier, rank))
+
+    def is_confirmed(c: ConfigEvidence) -> bool:
+        return c.confirmed or any(n in repeating for n in c.numbers)
+
+    confirmed = confirmed_first and any(is_confirmed(c) for c in pool)
+    pool = sorted((c for c in pool if is_confirmed(c) or not confirmed), key=lambda c: _order(c, best_tier, rank))
     best = pool[0]
     lim = f"{max_oom_per_1k:g}"
     among = "confirmed configs" if confirmed else "configs"
@@ -181,10 +189,17 @@ def study_evidence(study: optuna.Study, space: SearchSpace) -> StudyEvidence:
     return summarize(records(study.get_trials(deepcopy=False)), space)
 
 
+def repeats_under_way(recs: Sequence[TrialRecord]) -> set[int]:
+    """The trials whose configs a running confirmation run measures again (its ``repeat_of``)."""
+    return {r.repeat_of for r in recs if r.role == Role.CONFIRM and r.state == State.RUNNING
+            and r.repeat_of is not None}
+
+
 def choose_for_export(study: optuna.Study, space: SearchSpace, max_oom_per_1k: float) -> Choice | None:
     """The documented export rule on a stored study, with the space's margin."""
-    return choose(study_evidence(study, space).configs, max_oom_per_1k, space.export.min_headroom_gib,
-                  rank=Ranking.for_space(space))
+    recs = records(study.get_trials(deepcopy=False))
+    return choose(summarize(recs, space).configs, max_oom_per_1k, space.export.min_headroom_gib,
+                  rank=Ranking.for_space(space), repeating=repeats_under_way(recs))
 
 
 def recommendation(study: optuna.Study, space: SearchSpace) -> Choice | None:
