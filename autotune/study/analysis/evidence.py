@@ -77,7 +77,7 @@ class ConfigEvidence:
     def center_word(self) -> str:
         """What ``intervals``' value is, for people: "median" where the runs were summarised by
         their median (export.center median, three runs up: stats.center_of), else "mean"."""
-        return "median" if self.center == "median" and self.n >= 3 else "mean"
+        return stats.center_used(self.n, self.center)
 
     @property
     def first(self) -> TrialRecord:

@@ -203,9 +203,14 @@ def center_of(values: Sequence[float], center: str = "mean") -> float:
     The median is the robust choice when some server starts are outliers (a run 10-50 % slow,
     now and then): one such run among three moves the mean by a third of its excess and the
     median not at all. Two values have no median apart from their mean."""
-    if center == "median" and len(values) >= 3:
+    if center_used(len(values), center) == "median":
         return statistics.median(values)
     return sum(values) / len(values)
+
+
+def center_used(n: int, center: str = "mean") -> str:
+    """What :func:`center_of` takes for ``n`` values: "median" where asked and ``n`` >= 3, else "mean"."""
+    return "median" if center == "median" and n >= 3 else "mean"
 
 
 def mean_interval(values: Sequence[float], rel_sd: float = math.nan, df: int = 0,
