@@ -86,6 +86,11 @@ REGRET_CAP = 1.0  # no export, one over the OOM limit, or one that does not serv
 
 Pick = tuple[float, "dict[str, Any] | None"]  # (GPU-hours spent, the export rule's pick from then on)
 
+# Which rule :func:`export_changes` applied, written into each row as ``timeline_rule``: a row without
+# it was timed before the rule counted a finalist whose repeat is running as confirmed (d48d57f), so
+# its timeline and every GPU-hour figure read from it are the earlier rule's; its export is the same.
+TIMELINE_RULE = "repeats-under-way"
+
 
 def export_changes(timed: Sequence[Timed], space: SearchSpace) -> list[tuple[Timed, Choice | None]]:
     """The export rule's pick (with its reasons) after each completion where it changed: the completion

@@ -39,6 +39,7 @@ KEYS = {
     "export_timeline": list, "gpu_hours_to_2pct_space": (*NUMBER, type(None)),
     "gpu_hours_to_2pct_stable_space": (*NUMBER, type(None)),
     "gpu_hours_to_2pct_stable_frac_space": (*NUMBER, type(None)), "regret_auc_space": NUMBER,
+    "timeline_rule": str,  # which export rule timed the timeline (score.TIMELINE_RULE)
 }
 
 
