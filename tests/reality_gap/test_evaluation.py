@@ -151,3 +151,20 @@ def test_stable_gpu_hours_against_the_refined_best_when_rows_carry_their_timelin
     old = [_row("autotune", "a", 1000, 0, True, 0.05), _row("auto-tune-sh", "a", 1000, 0, True, 0.05)]
     text = _report(tmp_path, old)
     assert "refined best:" not in text and "the same against the space's refined best |" not in text
+
+
+def test_each_scenario_says_which_rule_timed_its_repeated_rows(tmp_path):
+    """A row with confirmation runs is timed by the export-timeline rule it was run with (score.TIMELINE_RULE
+    since d48d57f, none before): each scenario says how many of those rows each rule timed; a scenario
+    whose rows run no repeats says nothing, since both rules time them alike."""
+    def repeated(m, rule):
+        r = {**_row("autotune", "a", 1000, m, True, 0.05), "confirmation_runs": 6, "export_timeline": []}
+        return r if rule is None else {**r, "timeline_rule": rule}
+    rows = [repeated(0, E.TIMELINE_RULE), repeated(1, None), repeated(2, "older"),
+            {**_row("tpe", "a", 1000, 0, True, 0.05), "confirmation_runs": 0, "export_timeline": []},
+            {**_row("tpe", "b", 1000, 0, True, 0.05), "confirmation_runs": 0, "export_timeline": []}]
+    text = _report(tmp_path, rows)
+    a, b = text[text.index("## a "):text.index("## b ")], text[text.index("## b "):]
+    assert f"of the 3 rows with confirmation runs: 1 timed by the rule '{E.TIMELINE_RULE}'" in a
+    assert "2 by the rule before it" in a
+    assert "Export timelines" not in b

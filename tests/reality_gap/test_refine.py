@@ -209,3 +209,35 @@ def test_timelines_come_from_a_rerun_that_agrees_on_everything_else(tmp_path):
     a, b = (json.loads(x) for x in runs.read_text().splitlines())
     assert a == {**row, **timeline} and b == other  # the row's own runtime and regret AUC are kept
     assert rescore.add_timelines([runs], again) == [(runs, 2, 0)]
+
+
+def test_retime_replaces_an_earlier_rules_timeline_only_from_the_same_study(tmp_path):
+    """rescore --retime-from: a row timed by an earlier export-timeline rule gets the timeline, the rule's
+    name and every GPU-hour figure from a rerun timed by today's rule, only where every other key (the export
+    first) agrees; a row already timed by today's rule, or a rerun timed by another, changes nothing."""
+    row = {"scenario": "s", "truth_seed": 1000, "truth_family": "structural", "strategy": "autotune",
+           "study_seed": 0, "exported_flags": {"x": 1}, "regret": 0.01, "runtime_s": {"study": 100.0},
+           "export_timeline": [[1.0, {"x": 2}], [3.0, {"x": 1}]], "gpu_hours_to_2pct": 1.0,
+           "gpu_hours_to_2pct_frac": 0.1, "gpu_hours_to_2pct_stable": 3.0, "gpu_hours_to_2pct_stable_frac": 0.3,
+           "regret_auc": 0.3, "gpu_hours_to_2pct_space": 1.0, "gpu_hours_to_2pct_stable_space": 3.0,
+           "gpu_hours_to_2pct_stable_frac_space": 0.3, "regret_auc_space": 0.31}
+    timing = {"export_timeline": [[3.0, {"x": 1}]], "timeline_rule": rescore.score.TIMELINE_RULE,
+              "gpu_hours_to_2pct": 3.0, "gpu_hours_to_2pct_frac": 0.3, "gpu_hours_to_2pct_stable": 3.0,
+              "gpu_hours_to_2pct_stable_frac": 0.3, "regret_auc": 0.2, "gpu_hours_to_2pct_space": 3.0,
+              "gpu_hours_to_2pct_stable_space": 3.0, "gpu_hours_to_2pct_stable_frac_space": 0.3,
+              "regret_auc_space": 0.21}
+    rerun = {**row, **timing, "runtime_s": {"study": 50.0}}
+    runs, again = tmp_path / "runs.jsonl", tmp_path / "again.jsonl"
+    runs.write_text(json.dumps(row) + "\n")
+    before = runs.read_text()
+    again.write_text(json.dumps({**rerun, "exported_flags": {"x": 2}}) + "\n")  # another study
+    with pytest.raises(SystemExit, match="differs from .* in 'exported_flags'"):
+        rescore.add_timelines([runs], again, retime=True)
+    assert runs.read_text() == before
+    again.write_text(json.dumps({**rerun, "timeline_rule": "another"}) + "\n")  # not timed by today's rule
+    assert rescore.add_timelines([runs], again, retime=True) == [(runs, 1, 0)]
+    assert rescore.add_timelines([runs], again) == [(runs, 1, 0)]  # --timelines-from: the row has a timeline
+    again.write_text(json.dumps(rerun) + "\n")
+    assert rescore.add_timelines([runs], again, retime=True) == [(runs, 1, 1)]
+    assert json.loads(runs.read_text()) == {**row, **timing}  # the row's own runtime kept
+    assert rescore.add_timelines([runs], again, retime=True) == [(runs, 1, 0)]
