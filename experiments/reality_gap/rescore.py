@@ -79,8 +79,7 @@ TIMELINE_KEYS = ("export_timeline", *refine.HOUR_KEYS)
 UNCOMPARED = ("runtime_s", *TIMELINE_KEYS)
 # what a change of the timeline rule alone may change in a row (run.py's GPU-hour figures against the
 # grid's best, refine.HOUR_KEYS against the refined best, and the rule's name)
-RETIMED_KEYS = (*TIMELINE_KEYS, "timeline_rule", "gpu_hours_to_2pct", "gpu_hours_to_2pct_frac",
-                "gpu_hours_to_2pct_stable", "gpu_hours_to_2pct_stable_frac", "regret_auc")
+RETIMED_KEYS = (*TIMELINE_KEYS, "timeline_rule", *refine.HOURS, "gpu_hours_to_2pct_frac")
 
 
 def case_key(row: dict[str, Any]) -> tuple:

@@ -31,6 +31,7 @@ from typing import Any
 
 from autotune.space import SearchSpace
 from autotune.study.analysis import Choice, ConfigEvidence, Ranking, choose, config_key, summarize
+from autotune.study.analysis.export_rule import repeated_by
 from autotune.study.trials import Role, State, TrialRecord
 from experiments.reality_gap.truth import OOM_LIMIT
 from experiments.search.harness import Dispatch
@@ -112,8 +113,7 @@ def _repeating_at(t: float, later: Sequence[Timed]) -> set[int]:
     """What ``repeats_under_way`` sees when a result arrives at simulated time ``t``: the
     confirmation runs started before it that finish later (one dispatched at ``t`` is dispatched
     after that result, by the loop that took it in)."""
-    return {y.record.repeat_of for y in later
-            if y.start_s < t and y.record.role == Role.CONFIRM and y.record.repeat_of is not None}
+    return repeated_by(y.record for y in later if y.start_s < t)
 
 
 def export_timeline(timed: Sequence[Timed], space: SearchSpace, gpus: int) -> list[Pick]:

@@ -30,7 +30,7 @@ without step 3's preference), names the finalists confirmation measures again (:
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import optuna
@@ -189,10 +189,14 @@ def study_evidence(study: optuna.Study, space: SearchSpace) -> StudyEvidence:
     return summarize(records(study.get_trials(deepcopy=False)), space)
 
 
+def repeated_by(recs: Iterable[TrialRecord]) -> set[int]:
+    """The trials whose configs the confirmation runs among ``recs`` measure again (their ``repeat_of``)."""
+    return {r.repeat_of for r in recs if r.role == Role.CONFIRM and r.repeat_of is not None}
+
+
 def repeats_under_way(recs: Sequence[TrialRecord]) -> set[int]:
-    """The trials whose configs a running confirmation run measures again (its ``repeat_of``)."""
-    return {r.repeat_of for r in recs if r.role == Role.CONFIRM and r.state == State.RUNNING
-            and r.repeat_of is not None}
+    """The trials whose configs a running confirmation run measures again: ``choose``'s ``repeating``."""
+    return repeated_by(r for r in recs if r.state == State.RUNNING)
 
 
 def choose_for_export(study: optuna.Study, space: SearchSpace, max_oom_per_1k: float) -> Choice | None:
