@@ -298,8 +298,8 @@ def goals_by_scenario(rows: list[dict[str, Any]]) -> list[str]:
                     line.append("not run" if key == "within" else "—")
                     continue
                 d, ci, _ = pairs[sc][key]
-                v = verdict(d, ci, better_is_lower=False)
-                line.append(f"{fmt_ci(d, ci, True)}: {v if v != 'behind' else '**behind**'}")
+                said = verdict(d, ci, better_is_lower=False)
+                line.append(f"{fmt_ci(d, ci, True)}: {said if said != 'behind' else '**behind**'}")
             if key == "within" or any(c != "—" for c in line[1:]):
                 lines.append(line)
     for space in (False, True):
@@ -360,6 +360,41 @@ def goals(rows: list[dict[str, Any]]) -> list[str]:
     return [*out, ""]
 
 
+def plot_within(rows: Sequence[dict[str, Any]], out: Path) -> None:
+    """The within-2 % rate of each strategy on each scenario, with the 95 % intervals of the tables, against
+    the grid's best (filled) and the refined best (hollow), and the goal's 9 in 10: one panel a scenario."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scenarios = sorted({r["scenario"] for r in rows})
+    fig, axes = plt.subplots(1, len(scenarios), figsize=(3.0 * len(scenarios), 3.6), squeeze=False, sharey=True)
+    for ax, sc in zip(axes[0], scenarios, strict=True):
+        strats = [s for s in STRATEGIES if any(r["strategy"] == s and r["scenario"] == sc for r in rows)]
+        for i, st in enumerate(strats):
+            rs = [r for r in rows if r["scenario"] == sc and r["strategy"] == st]
+            w = [ok(r) for r in rs]
+            ws = [v for r in rs if (v := ok_space(r)) is not None]
+            for xs, tag, dx, face in ((w, "w", -0.12, "C0"), (ws if len(ws) == len(rs) else [], "ws", 0.12, "none")):
+                if not xs:
+                    continue
+                m, (lo, hi) = mean(xs), bootstrap(xs, mean, f"{tag}/{sc}/{st}")
+                ax.errorbar(i + dx, 100 * m, yerr=[[100 * (m - lo)], [100 * (hi - m)]], fmt="o", ms=4,
+                            color="C0", mfc=face, capsize=2, lw=1)
+        ax.axhline(100 * GOAL_WITHIN, color="r", ls="--", lw=1)
+        ax.set_xticks(range(len(strats)))
+        ax.set_xticklabels(strats, rotation=60, ha="right", fontsize=7)
+        ax.set_title(f"{sc} ({len({case(r) for r in rows if r['scenario'] == sc})} cases)", fontsize=8)
+        ax.set_ylim(-3, 103)
+    axes[0][0].set_ylabel("exports within 2 % and the OOM limit (%)", fontsize=8)
+    fig.suptitle("SIMULATED (structural truths): within 2 % of the grid's best (filled) and of the refined best "
+                 "(hollow), 95 % CI; red: the goal", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=Path, nargs="+", default=[RUNS],
@@ -370,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--study-seeds", type=seed_list, metavar="SEEDS",
                     help="only the rows of these study seeds ('0' or '0-1'): e.g. the ones run again with their "
                          "export timeline, whose GPU-hour figures against the refined best exist")
+    ap.add_argument("--plot", type=Path, metavar="PNG", help="also plot each strategy's within-2 %% rate per scenario")
     args = ap.parse_args(argv)
     if len(args.runs) > 1 and args.out is None:
         ap.error("several --runs files need --out (the report of all of them goes there)")
@@ -383,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(report(rows, args.kind, command)) + "\n"
     out = args.out or args.runs[0].parent / ("results.md" if args.kind == "eval" else f"results-{args.kind}.md")
     out.write_text(text)
+    if args.plot is not None:
+        plot_within(rows, args.plot)
     print(text)
     return 0
 

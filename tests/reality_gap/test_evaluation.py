@@ -216,3 +216,13 @@ def test_several_runs_files_make_one_report_and_a_case_given_twice_is_refused(tm
         assert e.value.code == 2
     err = capsys.readouterr().err
     assert "several --runs files need --out" in err and "case ('a', 1000, 0, 'autotune') is in the rows twice" in err
+
+
+def test_the_plot_is_written_beside_the_report(tmp_path):
+    """--plot draws each strategy's within-2 % rate per scenario (a PNG people can read at a glance)."""
+    rows = [_row(s, sc, 1000, m, m == 0, 0.1) for sc in ("a", "b") for m in (0, 1)
+            for s in ("autotune", "sim-best", "auto-tune-sh", "tpe-confirm")]
+    (tmp_path / "runs.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    E.main(["--runs", str(tmp_path / "runs.jsonl"), "--plot", str(tmp_path / "within.png")])
+    assert (tmp_path / "within.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "results.md").exists()
