@@ -173,24 +173,42 @@ def test_each_scenario_says_which_rule_timed_its_repeated_rows(tmp_path):
 
 def test_each_goal_is_read_on_each_scenario_with_the_interval_of_its_own_table(tmp_path):
     """Issue 18: the goals met or missed per scenario, with intervals, before any pooled figure. Scenario
-    a meets the within-2 % goal and b misses it; the cell's interval is the one of the scenario's table."""
+    a meets the within-2 % goal and b misses it; the cell's interval is the one of the scenario's table.
+    Against the refined best b's autotune is behind sim-best; a scenario without autotune says "not run"."""
+    def timed(r, space_ok, stable):
+        return {**r, "within_2pct_space": space_ok, "regret_auc_space": 0.1, "gpu_hours_to_2pct": 1.0,
+                "gpu_hours_to_2pct_stable": 1.0, "gpu_hours_to_2pct_space": 1.0,
+                "gpu_hours_to_2pct_stable_space": None if stable is None else 1.0,
+                "gpu_hours_to_2pct_stable_frac_space": stable}
     rows = []
     for sc, hits in (("a", 10), ("b", 4)):
         for t in range(1000, 1010):
-            rows.append(_row("autotune", sc, t, 0, t - 1000 < hits, 0.1, oom=2.0 if (sc, t) == ("b", 1009) else 0.0))
-            rows.append(_row("sim-best", sc, t, 0, t == 1000, 0.1))
-            rows.append(_row("auto-tune-sh", sc, t, 0, False, 0.5))
-            rows.append(_row("tpe-confirm", sc, t, 0, t - 1000 < hits, 0.1))
+            hit = t - 1000 < hits
+            oom = 2.0 if (sc, t) == ("b", 1009) else 0.0
+            rows.append(timed(_row("autotune", sc, t, 0, hit, 0.1, oom=oom), hit and sc == "a", 0.2 if hit else None))
+            rows.append(timed(_row("sim-best", sc, t, 0, t == 1000, 0.1), True, 0.01))
+            rows.append(timed(_row("auto-tune-sh", sc, t, 0, False, 0.5), False, None))
+            rows.append(timed(_row("tpe-confirm", sc, t, 0, hit, 0.1), hit, None))
+    rows.append(_row("sim-best", "c", 1000, 0, True, 0.1))  # a scenario autotune did not run
     text = _report(tmp_path, rows)
     per = text[text.index("## Goals per scenario"):text.index("## All scenarios")]
-    assert "| goal | a | b |" in per and "SIMULATED" in per
+    assert "| goal | a | b | c |" in per and "SIMULATED" in per
     a_ci = text[text.index("## a "):].split("| autotune | 10 | ")[1].split(" |")[0]
     b_ci = text[text.index("## b "):].split("| autotune | 10 | ")[1].split(" |")[0]
-    assert f"| autotune within 2 % and the OOM limit in >= 9/10 cases | {a_ci} of 10: met | {b_ci} of 10: **missed** |" in per
-    assert "| ahead of sim-best (within-2 % rate, paired difference) | 90 % [" in per
-    tc = next(x for x in per.splitlines() if x.startswith("| ahead of tpe-confirm"))
-    assert tc.count("0 % [0 %, 0 %]: tied within the interval") == 2
-    assert "| 0 autotune exports over the true OOM limit | 0: met | 1: **missed** |" in per
+    assert (f"| autotune within 2 % and the OOM limit in >= 9/10 cases | {a_ci} of 10: met | {b_ci} of 10: "
+            "**missed** | not run |") in per
+    assert "| ahead of sim-best, or tied (within-2 % rate, paired difference) | 90 % [" in per
+    refined = next(x for x in per.splitlines() if x.startswith("| ahead of sim-best, or tied (within-2 % rate, "
+                                                                "paired difference, refined best)"))
+    assert refined.endswith("**behind: missed** | — |") and "0 % [0 %, 0 %]: tied within the interval" in refined
+    tc = next(x for x in per.splitlines() if x.startswith("| ahead of tpe-confirm, or tied (within-2 % rate, "
+                                                           "paired difference) |"))
+    assert tc.count("0 % [0 %, 0 %]: tied within the interval: met as a tie") == 2 and tc.endswith("| not run |")
+    # stable GPU-h: a's median 0.2 against auto-tune-sh's never is met only as written; b's is never
+    assert ("| stable GPU-h to 2 % <= 1/4 of auto-tune-sh's (medians, / budget), refined best | 0.200 vs never: "
+            "met (auto-tune-sh never stable) | never vs never: **missed** | — |") in per
+    assert "| 0 autotune exports over the true OOM limit | 0: met | 1: **missed** | not run |" in per
+    assert "| 0 feasible configs wrongly rejected | 0: met | 0: met | not run |" in per
     # the pooled table still follows, and says it pools
     assert "## Goals (issue 18), pooled over the scenarios" in text
 
@@ -226,3 +244,6 @@ def test_the_plot_is_written_beside_the_report(tmp_path):
     E.main(["--runs", str(tmp_path / "runs.jsonl"), "--plot", str(tmp_path / "within.png")])
     assert (tmp_path / "within.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "results.md").exists()
+    # no rows of the kind asked for: the report says so in its count, and nothing is drawn
+    E.main(["--runs", str(tmp_path / "runs.jsonl"), "--kind", "dev", "--plot", str(tmp_path / "dev.png")])
+    assert not (tmp_path / "dev.png").exists()
