@@ -128,16 +128,28 @@ def fmt_ci(x: float, ci: tuple[float, float], pct: bool = False) -> str:
     return f"{fmt(x, pct)} [{fmt(ci[0], pct)}, {fmt(ci[1], pct)}]"
 
 
-def strategy_row(rs: Sequence[dict[str, Any]], tag: str) -> list[str]:
+Rate = tuple[float, tuple[float, float]]  # a mean and its 95 % bootstrap interval
+
+
+def within_rates(rs: Sequence[dict[str, Any]], tag: str) -> tuple[Rate, Rate | None]:
+    """The within-2 % rate of rows ``rs`` with its interval, against the grid's best and (where every row is
+    scored against it) the refined best: the one computation the tables, the goal cells and the plot read,
+    so that each shows the same interval (``tag`` seeds the bootstrap: scenario/strategy)."""
     w = [ok(r) for r in rs]
+    ws = [v for r in rs if (v := ok_space(r)) is not None]
+    grid = (mean(w), bootstrap(w, mean, f"w/{tag}"))
+    return grid, ((mean(ws), bootstrap(ws, mean, f"ws/{tag}")) if ws and len(ws) == len(rs) else None)
+
+
+def strategy_row(rs: Sequence[dict[str, Any]], tag: str) -> list[str]:
+    grid, space = within_rates(rs, tag)
     auc = [float(r["regret_auc"]) for r in rs]
     reg = [float(r["regret"]) if r["regret"] is not None and not over_limit(r) else 1.0 for r in rs]
     st = [stable_frac(r) for r in rs]
-    ws = [v for r in rs if (v := ok_space(r)) is not None]
     timed = has_hours_space(rs)
     return [str(len(rs)),
-            fmt_ci(mean(w), bootstrap(w, mean, f"w/{tag}"), pct=True),
-            fmt_ci(mean(ws), bootstrap(ws, mean, f"ws/{tag}"), pct=True) if len(ws) == len(rs) else "—",
+            fmt_ci(*grid, pct=True),
+            fmt_ci(*space, pct=True) if space is not None else "—",
             fmt_ci(median(reg), bootstrap(reg, median, f"r/{tag}"), pct=True),
             fmt_ci(mean(auc), bootstrap(auc, mean, f"a/{tag}"))
             + (f" (refined best: {fmt(mean([float(r['regret_auc_space']) for r in rs]))})" if timed else ""),
@@ -285,12 +297,11 @@ def goals_by_scenario(rows: list[dict[str, Any]]) -> list[str]:
     lines = [["autotune within 2 % and the OOM limit in >= 9/10 cases"],
              ["... against the space's refined best"]]
     for sc in scenarios:
-        w = [ok(r) for r in auto[sc]]
-        ws = [v for r in auto[sc] if (v := ok_space(r)) is not None]
-        lines[0].append(f"{fmt_ci(mean(w), bootstrap(w, mean, f'w/{sc}/autotune'), True)} of {len(w)}: "
-                        f"{yes[mean(w) >= GOAL_WITHIN]}" if w else "not run")
-        lines[1].append(f"{fmt_ci(mean(ws), bootstrap(ws, mean, f'ws/{sc}/autotune'), True)}: "
-                        f"{yes[mean(ws) >= GOAL_WITHIN]}" if ws and len(ws) == len(w) else "—")
+        grid, refined = within_rates(auto[sc], f"{sc}/autotune")
+        lines[0].append(f"{fmt_ci(*grid, pct=True)} of {len(auto[sc])}: {yes[grid[0] >= GOAL_WITHIN]}"
+                        if auto[sc] else "not run")
+        lines[1].append(f"{fmt_ci(*refined, pct=True)}: {yes[refined[0] >= GOAL_WITHIN]}"
+                        if refined is not None else "—")
     said = {"ahead": "ahead: met", "tied within the interval": "tied within the interval: met as a tie",
             "behind": "**behind: missed**"}
     for b in BASELINES_TO_BEAT:
@@ -377,13 +388,11 @@ def plot_within(rows: Sequence[dict[str, Any]], out: Path) -> None:
     for ax, sc in zip(axes[0], scenarios, strict=True):
         strats = [s for s in STRATEGIES if any(r["strategy"] == s and r["scenario"] == sc for r in rows)]
         for i, st in enumerate(strats):
-            rs = [r for r in rows if r["scenario"] == sc and r["strategy"] == st]
-            w = [ok(r) for r in rs]
-            ws = [v for r in rs if (v := ok_space(r)) is not None]
-            for xs, tag, dx, face in ((w, "w", -0.12, "C0"), (ws if len(ws) == len(rs) else [], "ws", 0.12, "none")):
-                if not xs:
+            grid, space = within_rates([r for r in rows if r["scenario"] == sc and r["strategy"] == st], f"{sc}/{st}")
+            for rate, dx, face in ((grid, -0.12, "C0"), (space, 0.12, "none")):
+                if rate is None:
                     continue
-                m, (lo, hi) = mean(xs), bootstrap(xs, mean, f"{tag}/{sc}/{st}")
+                m, (lo, hi) = rate
                 ax.errorbar(i + dx, 100 * m, yerr=[[100 * (m - lo)], [100 * (hi - m)]], fmt="o", ms=4,
                             color="C0", mfc=face, capsize=2, lw=1)
         ax.axhline(100 * GOAL_WITHIN, color="r", ls="--", lw=1)
