@@ -84,21 +84,26 @@ class Scheduler:
         running, pool = self.running, self.pool
         preempted = False
         bs = pool.block_size
+        # The decode fast path's sums are kept in locals and added to the plan's at the end:
+        # the same totals (ints, and attention work in halves, which floats add exactly).
+        items_append, plp_rows = plan.items.append, plan.plp_rows
+        tokens, kv_read, attn_work, logprobs = 0, 0, 0.0, False
+        n_running = len(running)
         i = 0
-        while i < len(running) and budget > 0:
+        while i < n_running and budget > 0:
             req = running[i]
             ctx = req.num_computed
             if req.prompt_len + req.generated - ctx == 1 and -(-(ctx + 1) // bs) <= req.shared_held + req.private_blocks:
                 # The common case, inlined for speed: a decode step in a block it already holds
                 # (what _chunk, pool.allocate, plan.add and _cache do for it, in that order).
-                plan.items.append((req, 1))
-                plan.tokens += 1
-                plan.attn_work += ctx + 1.0
-                plan.kv_read += ctx
+                items_append((req, 1))
+                tokens += 1
+                attn_work += ctx + 1.0
+                kv_read += ctx
                 if req.prompt_logprobs:
-                    plan.plp_rows.append(max(0, min(1, req.prompt_len - 1 - ctx)))
+                    plp_rows.append(max(0, min(1, req.prompt_len - 1 - ctx)))
                 if req.logprobs:
-                    plan.logprobs = True
+                    logprobs = True
                 if len(req.block_keys) > req.shared_held:
                     pool.register(req, ctx + 1)
                 budget -= 1
@@ -108,6 +113,7 @@ class Scheduler:
             scheduled = True
             while not pool.allocate(req, n):
                 victim = running.pop()
+                n_running -= 1
                 self._preempt(victim)
                 preempted = True
                 if victim is req:
@@ -119,6 +125,10 @@ class Scheduler:
             self._cache(req, n)
             budget -= n
             i += 1
+        plan.tokens += tokens
+        plan.attn_work += attn_work
+        plan.kv_read += kv_read
+        plan.logprobs = plan.logprobs or logprobs
         if not preempted:
             budget = self._admit(plan, budget)
         return plan
@@ -177,22 +187,23 @@ class Scheduler:
         """Apply a step's progress; return the requests that finished (blocks freed)."""
         done: list[SimRequest] = []
         for req, n in plan.items:
-            req.num_computed += n
-            if req.prompt_logprobs and req.num_computed >= req.prompt_len:
+            computed = req.num_computed = req.num_computed + n
+            if req.prompt_logprobs and computed >= req.prompt_len:
                 req.prompt_logprobs = False  # done; not again after a preemption (vLLM V1 and V2)
-            if req.num_computed == req.prompt_len + req.generated:  # == num_tokens, inlined
-                req.generated += 1
+            generated = req.generated
+            if computed == req.prompt_len + generated:  # == num_tokens, inlined
+                generated = req.generated = generated + 1
                 if req.first_token_s is None:
                     req.first_token_s = t_end
-                if req.generated >= req.output_len:
+                if generated >= req.output_len:
                     done.append(req)
         if done:
             self._retire(done)
         return done
 
     def _retire(self, done: list[SimRequest]) -> None:
-        gone = set(map(id, done))
-        self.running = [r for r in self.running if id(r) not in gone]
+        gone = set(done)  # SimRequest compares and hashes by identity (eq=False)
+        self.running = [r for r in self.running if r not in gone]
         for r in done:
             self.pool.free(r)
 
@@ -205,11 +216,14 @@ class Scheduler:
         if not running or len(running) > self.budget or cap < 2:
             return 0
         k = cap
-        for r in running:
-            if r.prompt_len + r.generated - r.num_computed != 1:  # not decoding (num_tokens, inlined)
+        # Newest first: a request still prefilling was admitted last, so a step that cannot be a
+        # decode run (most steps under load) is told apart at once.
+        for r in reversed(running):
+            generated = r.generated
+            if r.prompt_len + generated - r.num_computed != 1:  # not decoding (num_tokens, inlined)
                 return 0
-            if r.remaining_output < k:
-                k = r.remaining_output
+            if r.output_len - generated < k:  # remaining_output, inlined
+                k = r.output_len - generated
         if k < 2:
             return 0
         if self._could_admit():
@@ -247,9 +261,11 @@ class Scheduler:
         """Apply k decode steps to every running request (blocks checked by the caller)."""
         done: list[SimRequest] = []
         pool = self.pool
+        bs = pool.block_size
         for r in self.running:
-            ok = pool.allocate(r, k)
-            assert ok, "decode run allocated more blocks than were free"
+            if -(-(r.num_computed + k) // bs) > r.shared_held + r.private_blocks:  # needs a block (allocate's test)
+                ok = pool.allocate(r, k)
+                assert ok, "decode run allocated more blocks than were free"
             r.num_computed += k
             r.generated += k
             if r.generated >= r.output_len:
