@@ -96,6 +96,17 @@ class BlockPool:
         req.private_blocks += need
         return True
 
+    def take_plain_block(self, req: SimRequest) -> bool:
+        """``allocate(req, 1)`` for a decode step that needs one more block, when a never-hashed
+        free block is there to take (the scheduler's fast path); False, and no change, otherwise.
+        A decoding request holds the blocks of every token it computed, so one more token needs
+        at most one more block."""
+        if not self.free_plain:
+            return False
+        self.free_plain -= 1
+        req.private_blocks += 1
+        return True
+
     def _take_free(self, n: int) -> None:
         plain = min(n, self.free_plain)
         self.free_plain -= plain

@@ -93,9 +93,11 @@ class Scheduler:
         while i < n_running and budget > 0:
             req = running[i]
             ctx = req.num_computed
-            if req.prompt_len + req.generated - ctx == 1 and -(-(ctx + 1) // bs) <= req.shared_held + req.private_blocks:
-                # The common case, inlined for speed: a decode step in a block it already holds
-                # (what _chunk, pool.allocate, plan.add and _cache do for it, in that order).
+            if req.prompt_len + req.generated - ctx == 1 and (
+                    -(-(ctx + 1) // bs) <= req.shared_held + req.private_blocks or pool.take_plain_block(req)):
+                # The common case, inlined for speed: a decode step in a block it already holds, or
+                # in one never-hashed free block it takes (what _chunk, pool.allocate, plan.add and
+                # _cache do for it, in that order).
                 items_append((req, 1))
                 tokens += 1
                 attn_work += ctx + 1.0
@@ -226,27 +228,27 @@ class Scheduler:
                 k = r.output_len - generated
         if k < 2:
             return 0
-        if self._could_admit():
+        # Each request's room: tokens its held blocks still take (it holds every computed token's).
+        bs = self.pool.block_size
+        rooms = [(r.shared_held + r.private_blocks) * bs - r.num_computed for r in running]
+        if self._could_admit(rooms):
             return 0
         free = self.pool.num_free
-        if self._blocks_for_run(k) <= free:
+        if _blocks_for_run(rooms, k, bs) <= free:
             return k
         lo, hi = 1, k  # largest k whose blocks fit
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self._blocks_for_run(mid) <= free:
+            if _blocks_for_run(rooms, mid, bs) <= free:
                 lo = mid
             else:
                 hi = mid - 1
-        return lo if self._blocks_for_run(lo) <= free else 0
+        return lo if _blocks_for_run(rooms, lo, bs) <= free else 0
 
-    def _blocks_for_run(self, k: int) -> int:
-        bs = self.pool.block_size
-        return sum(max(-(-(r.num_computed + k) // bs) - r.blocks_held, 0) for r in self.running)
-
-    def _could_admit(self) -> bool:
-        """Whether a normal step now would admit a waiting request. Free blocks only shrink
-        while decoding, so if it cannot now, it cannot until something finishes."""
+    def _could_admit(self, rooms: list[int]) -> bool:
+        """Whether a normal step now would admit a waiting request (``rooms``: the running
+        requests', as decode_run_length has them). Free blocks only shrink while decoding, so if
+        it cannot now, it cannot until something finishes."""
         if not self.waiting or len(self.running) >= self.max_seqs:
             return False
         budget = self.budget - len(self.running)
@@ -255,7 +257,7 @@ class Scheduler:
         adm = self._admission(self.waiting[0], budget)
         if adm is None:
             return False
-        return adm[2] <= self.pool.num_free - self._blocks_for_run(1)
+        return adm[2] <= self.pool.num_free - _blocks_for_run(rooms, 1, self.pool.block_size)
 
     def advance_decode(self, k: int) -> list[SimRequest]:
         """Apply k decode steps to every running request (blocks checked by the caller)."""
@@ -280,3 +282,10 @@ class Scheduler:
         self.running = []
         self.waiting = deque()
         return lost
+
+
+def _blocks_for_run(rooms: list[int], k: int, block_size: int) -> int:
+    """Free blocks k more tokens of every running request take, given each one's room (tokens
+    its held blocks still take): ceil((k - room) / block_size) for each whose room is short,
+    which is ceil((computed + k) / block_size) less the blocks it holds, in integers."""
+    return sum(-((room - k) // block_size) for room in rooms if room < k)
