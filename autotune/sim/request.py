@@ -52,10 +52,6 @@ class SimRequest:
     def blocks_held(self) -> int:
         return self.shared_held + self.private_blocks
 
-    @property
-    def remaining_output(self) -> int:
-        return self.output_len - self.generated
-
     def reset_for_recompute(self) -> None:
         """Recompute preemption: the KV is dropped, generated tokens are kept as prompt."""
         self.num_computed = 0

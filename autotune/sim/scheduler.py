@@ -224,7 +224,7 @@ class Scheduler:
             generated = r.generated
             if r.prompt_len + generated - r.num_computed != 1:  # not decoding (num_tokens, inlined)
                 return 0
-            if r.output_len - generated < k:  # remaining_output, inlined
+            if r.output_len - generated < k:  # tokens it has still to generate
                 k = r.output_len - generated
         if k < 2:
             return 0
