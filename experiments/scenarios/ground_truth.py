@@ -33,7 +33,8 @@ every crash draw a crash-free run of the config logged *is* that run
 (``experiments.reality_gap.brute_force_time`` checks a cached truth value for value).
 
 The main objective is the space's objective that is not oom_per_1k (p99_e2e_s, or
-goodput_rps_per_gpu maximised); the target is its best value with oom_per_1k <= 1; the front
+goodput_rps_per_gpu maximised, in the named scenarios; any metric of autotune's registry in
+a space given by path: its rows record it beside ``RECORDED``); the target is its best value with oom_per_1k <= 1; the front
 is the Pareto set of (oom_per_1k, main objective). Results are cached under
 runs/ground_truth/ keyed by (the space's landscape: its fingerprint, with the trace's
 sha256; grid; profile; settings); the nominal truth of a scenario is committed in data/NAME/ and also serves as
@@ -125,6 +126,19 @@ def _norm(v: Any) -> Any:
     return v
 
 
+# What a brute-force row keeps of every run: the columns of a truth's table. The space's main
+# objective is added where it is none of these (any metric of autotune's registry, say
+# p95_ttft_s), so a scenario given by path may rank by it; the named scenarios' tables keep
+# exactly these columns.
+RECORDED = ("oom_per_1k", "p99_e2e_s", "p99_ttft_s", "mean_tpot_s", "goodput_rps_per_gpu", "slo_attainment",
+            "gpu_time_s")
+
+
+def recorded(space: SearchSpace) -> tuple[str, ...]:
+    main, _ = main_objective(space)
+    return RECORDED if main in RECORDED else (*RECORDED, main)
+
+
 def main_objective(space: SearchSpace) -> tuple[str, bool]:
     """(metric, maximise?) of the objective that is not oom_per_1k."""
     others = [o for o in space.objectives if o.metric != "oom_per_1k"]
@@ -201,8 +215,7 @@ def _simulate(job: tuple[int, dict[str, Any], int]) -> tuple[int, dict[str, Any]
            "crashes": res.crashes, "max_step_oom_p": res.extra.get("max_step_oom_p", 0.0),
            "headroom_gib": res.extra.get("mem_gib", {}).get("headroom", math.nan),
            "kv_cache_tokens": res.kv_cache_tokens, "preemptions": res.preemptions}
-    for k in ("oom_per_1k", "p99_e2e_s", "p99_ttft_s", "mean_tpot_s", "goodput_rps_per_gpu", "slo_attainment",
-              "gpu_time_s"):
+    for k in recorded(sp):
         out[k] = m.get(k, math.nan)
     return i, out
 
@@ -290,13 +303,13 @@ def _more_runs(pool: Any, cfgs: Sequence[dict[str, Any]], runs: dict[int, list[d
     return simulated
 
 
-def _row(params: dict[str, Any], runs: list[dict[str, Any]], predicted_ok: bool) -> dict[str, Any]:
+def _row(params: dict[str, Any], runs: list[dict[str, Any]], predicted_ok: bool,
+         metrics: Sequence[str] = RECORDED) -> dict[str, Any]:
     first = runs[0]
     p99 = [r["p99_e2e_s"] for r in runs if not math.isnan(r["p99_e2e_s"])]
     row = {**params, "predicted_ok": predicted_ok, "started": first["started"], "failure": first["failure"],
            "n_seeds": len(runs) if first["started"] else 0}
-    for k in ("oom_per_1k", "p99_e2e_s", "p99_ttft_s", "mean_tpot_s", "goodput_rps_per_gpu", "slo_attainment",
-              "gpu_time_s", "crashes", "preemptions"):
+    for k in (*metrics, "crashes", "preemptions"):
         row[k] = _mean([float(r[k]) for r in runs])
     row["p99_min"] = min(p99) if p99 else math.nan
     row["p99_max"] = max(p99) if p99 else math.nan
@@ -306,14 +319,14 @@ def _row(params: dict[str, Any], runs: list[dict[str, Any]], predicted_ok: bool)
     return row
 
 
-def _rejected_row(params: dict[str, Any], why: str) -> dict[str, Any]:
-    """A config that was not simulated (a constraint rejects it, or it cannot start)."""
+def _rejected_row(params: dict[str, Any], why: str, metrics: Sequence[str] = RECORDED) -> dict[str, Any]:
+    """A config that was not simulated (a constraint rejects it, or it cannot start): the
+    columns of :func:`_row`, in its order, with no value measured."""
     nan = math.nan
-    return {**params, "predicted_ok": False, "started": False, "failure": why,
-            "n_seeds": 0, "oom_per_1k": 1000.0, "p99_e2e_s": nan, "p99_ttft_s": nan, "mean_tpot_s": nan,
-            "goodput_rps_per_gpu": nan, "slo_attainment": nan, "gpu_time_s": 0.0, "crashes": 0.0,
-            "preemptions": 0.0, "p99_min": nan, "p99_max": nan, "max_step_oom_p": 0.0, "kv_cache_tokens": 0,
-            "headroom_gib": nan}
+    served = {k: nan for k in metrics} | {"oom_per_1k": 1000.0, "gpu_time_s": 0.0}
+    return {**params, "predicted_ok": False, "started": False, "failure": why, "n_seeds": 0, **served,
+            "crashes": 0.0, "preemptions": 0.0, "p99_min": nan, "p99_max": nan, "max_step_oom_p": 0.0,
+            "kv_cache_tokens": 0, "headroom_gib": nan}
 
 
 def run_brute_force(scenario: str, space: SearchSpace, grid: Mapping[str, list], profile: SimProfile,
@@ -321,6 +334,7 @@ def run_brute_force(scenario: str, space: SearchSpace, grid: Mapping[str, list],
     """Simulate the grid (no cache): see the module docstring for the stages."""
     t0 = time.time()
     main, maximize = main_objective(space)
+    metrics = recorded(space)
     cfgs = grids.configs(dict(grid))
     fixed = space.fixed_flags()
     rows: dict[int, dict[str, Any]] = {}
@@ -329,7 +343,7 @@ def run_brute_force(scenario: str, space: SearchSpace, grid: Mapping[str, list],
     for i, c in enumerate(cfgs):
         _, violated = check_constraints(c, space, fixed)
         if violated:
-            rows[i] = _rejected_row(c, f"rejected by constraint: {violated[0]}")
+            rows[i] = _rejected_row(c, f"rejected by constraint: {violated[0]}", metrics)
             continue
         pred = predict_startup(space.engine.model, space.engine.gpu, _flags(space, c), space.engine.env, profile)
         predicted[i] = pred.ok
@@ -349,7 +363,7 @@ def run_brute_force(scenario: str, space: SearchSpace, grid: Mapping[str, list],
         log(f"{scenario}: stage 1, {len(stage1)} configs simulated ({len(infeasible)} predicted not to start, "
             f"{len(sample)} of them verified) in {time.time() - t0:.0f} s")
         started = {i: runs[i][0] for i in runs if runs[i][0]["started"]}
-        draft = [_row(cfgs[i], [r], True) | {"_i": i} for i, r in started.items()]
+        draft = [_row(cfgs[i], [r], True, metrics) | {"_i": i} for i, r in started.items()]
         best = best_within_limit(draft, main, maximize)
         front = {r["_i"] for r in pareto(draft, main, maximize)}
 
@@ -375,10 +389,10 @@ def run_brute_force(scenario: str, space: SearchSpace, grid: Mapping[str, list],
     mismatches = 0
     for i, ok in predicted.items():
         if i in runs:
-            rows[i] = _row(cfgs[i], runs[i], ok)
+            rows[i] = _row(cfgs[i], runs[i], ok, metrics)
             mismatches += ok != runs[i][0]["started"]
         else:
-            rows[i] = _rejected_row(cfgs[i], why_not[i])
+            rows[i] = _rejected_row(cfgs[i], why_not[i], metrics)
     table = [rows[i] for i in range(len(cfgs))]
     target = best_within_limit(table, main, maximize)
     summary = {
@@ -409,16 +423,17 @@ def true_value(space: SearchSpace, params: Mapping[str, Any], profile: SimProfil
     startable config gets ``settings.seeds`` runs). ``profile`` is used as given (switch
     noise off first)."""
     _init(space, profile, quirks)
+    metrics = recorded(space)
     c = dict(params)
     _, violated = check_constraints(c, space, space.fixed_flags())
     if violated:
-        return _rejected_row(c, f"rejected by constraint: {violated[0]}")
+        return _rejected_row(c, f"rejected by constraint: {violated[0]}", metrics)
     pred = predict_startup(space.engine.model, space.engine.gpu, _flags(space, c), space.engine.env, profile)
     runs = [_simulate((0, c, settings.seed(0)))[1]]
     while (n := (settings.seeds if settings.noise and runs[0]["started"] else _wanted(runs, settings))) > len(runs):
         for k in range(len(runs), n):
             runs.append(_replayed(runs, settings.seed(k), space.workload.seed) or _simulate((0, c, settings.seed(k)))[1])
-    return _row(c, runs, pred.ok)
+    return _row(c, runs, pred.ok, metrics)
 
 
 # --- files ------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from autotune.sim.quirks import NONE
 from autotune.space import load_space
 from experiments.reality_gap import auto_tune_sh, families, seeds
 from experiments.reality_gap import score as S
+from experiments.reality_gap import truth as T
 from experiments.reality_gap.run import run_case
 from experiments.reality_gap.strategies import AUTO_TUNE_GMU, BASELINES, variant
 from experiments.scenarios.ground_truth import space_path
@@ -150,6 +151,20 @@ def test_the_cli_takes_a_path_and_refuses_a_missing_one(tiny):
                          timeout=600)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
     assert not math.isnan(yaml.safe_load(Path(tiny).read_text())["study"]["trials"])
+
+
+def test_a_space_by_path_may_rank_by_any_registry_metric(tmp_path):
+    """A deployment's space may name an objective no built-in scenario uses (p95 TTFT here):
+    its truth records that metric and the case is scored by it, not by p99 e2e."""
+    path = tmp_path / "tiny-ttft.yaml"
+    path.write_text(TINY.replace("metric: p99_e2e_s", "metric: p95_ttft_s"))
+    out = run_case(str(path), 0, "tpe-confirm", jobs=1)
+    truth = T.Truth.load(str(path), 0, jobs=1, log=lambda *_: None)
+    assert truth.main == "p95_ttft_s" and "p95_ttft_s" in truth.grid.rows[0]
+    feasible = [r for r in truth.grid.rows if r["started"] and r["oom_per_1k"] <= 1.0]
+    assert out["true_best"] == pytest.approx(min(r["p95_ttft_s"] for r in feasible))
+    assert out["true_main"] == pytest.approx(truth.value(out["exported_flags"])["p95_ttft_s"])
+    assert out["true_main"] != pytest.approx(out["true_p99_s"])  # scored by TTFT, not by e2e
 
 
 def test_the_ceiling_measures_every_grid_config_once_then_races_them(tiny):

@@ -7,6 +7,7 @@ sample, and the memory model rejects what cannot start, all before anything laun
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 
 import optuna
@@ -30,7 +31,12 @@ def propose(trial: optuna.Trial, space: SearchSpace, predictor: StartupPredictor
     """Suggest the space's params on ``trial`` and decide whether the config may launch."""
     frozen = stored_trial(trial.study, trial.number)
     asked = TrialRecord.from_frozen(frozen)
-    params = suggest_params(trial, space)
+    with warnings.catch_warnings():
+        # The baseline measures vLLM's defaults, which may lie outside a searched range
+        # (max_num_seqs 1024 on an H100 against a space's 32-512): Optuna warns of the
+        # enqueued value; seeding.baseline_params has said so in our words.
+        warnings.filterwarnings("ignore", message=r"Fixed parameter .* is out of range", category=UserWarning)
+        params = suggest_params(trial, space)
     flags = {**space.fixed_flags(), **seeding.reference_fixed_overrides(space, asked.reference), **params}
     repaired, violated = check_constraints(params, space, flags)
     flags.update(repaired)

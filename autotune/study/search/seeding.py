@@ -29,6 +29,9 @@ def baseline_params(space: SearchSpace) -> dict[str, Any]:
         if v is None or (p.type == "categorical" and v not in (p.choices or [])):
             log.warning("baseline: vLLM's default %s=%r is not in the space; the sampler picks it", name, v)
             continue
+        if p.type in ("int", "float") and not p.low <= v <= p.high:
+            log.info("baseline: vLLM's default %s=%r is outside the searched range %g-%g; the baseline runs it "
+                     "all the same (what an unset flag deploys)", name, v, p.low, p.high)
         out[name] = v
     return out
 
