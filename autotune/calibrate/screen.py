@@ -23,7 +23,7 @@ import optuna
 from autotune.calibrate import observations as obs
 from autotune.calibrate.calibration import fit_profile
 from autotune.calibrate.model import simulate
-from autotune.deploy import SimProfile, known_devices, resolve_model
+from autotune.deploy import SimProfile, get_device, resolve_model
 from autotune.errors import UserError
 from autotune.space import SearchSpace
 from autotune.study.search import ScreeningSampler, SweepSampler
@@ -71,9 +71,10 @@ def simulator_models(space: SearchSpace) -> bool:
     unscreened, as pruning runs off: the screen is an aid, never a reason to refuse a study."""
     try:
         resolve_model(space.engine.model)
+        get_device(space.engine.gpu)  # the simulator's own lookup: "H100" and "NVIDIA A100" are table GPUs too
     except UserError:
         return False
-    return space.engine.gpu in known_devices() and not space.unmodelled_flags()
+    return not space.unmodelled_flags()
 
 
 def screen_wrapper(base: optuna.samplers.BaseSampler, space: SearchSpace, seed: int) -> optuna.samplers.BaseSampler:

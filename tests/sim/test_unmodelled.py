@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import optuna
 import pytest
 import yaml
 
@@ -92,3 +93,21 @@ def test_every_sim_backend_trial_carries_the_warning():
     for res in (ran, failed):
         assert len(res.warnings) == 1 and "async_scheduling" in res.warnings[0]
     assert plain.warnings == []
+
+
+@pytest.mark.parametrize("gpu", ["H100", "NVIDIA A100-SXM4-80GB", "h100-80gb"])
+def test_a_gpu_alias_the_simulator_accepts_keeps_the_screen_and_the_sweep(tmp_path, gpu):
+    """The simulator reads "H100" as H100-80GB; a study on it must not lose the screen and the
+    sweep (which used to compare the name with the table's exact keys and quietly turned off,
+    leaving plain TPE) nor be refused by the sim backend's check."""
+    from autotune.calibrate.screen import screen_wrapper, simulator_models
+    from autotune.study.search import SweepSampler
+
+    sp = load_space(_space(tmp_path, engine__gpu=gpu))
+    assert simulator_models(sp)
+    validate_for_backend(sp)
+    assert isinstance(screen_wrapper(optuna.samplers.TPESampler(seed=0), sp, 0), SweepSampler)
+    unknown = load_space(_space(tmp_path, engine__gpu="TPU-v5e"))
+    assert not simulator_models(unknown)
+    with pytest.raises(UserError, match="engine.gpu 'TPU-v5e': unknown to the simulator"):
+        validate_for_backend(unknown)

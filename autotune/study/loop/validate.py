@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autotune.backend_kinds import is_simulated
-from autotune.deploy import known_gpus, resolve_model
+from autotune.deploy import find_gpu, known_gpus, resolve_model
 from autotune.errors import UserError
 from autotune.metrics import get as get_metric
 from autotune.space import SearchSpace, unmodelled_flag_error
@@ -16,7 +16,7 @@ def validate_for_backend(space: SearchSpace) -> None:
     if unreported:
         raise UserError(f"{unreported[0]}: the simulator does not report this vLLM server metric, so every trial "
                         "would score its penalty; use --backend vllm, or a metric `autotune metrics` marks as simulated")
-    if space.engine.gpu not in known_gpus():
+    if find_gpu(space.engine.gpu) is None:  # the simulator's lookup, aliases included ("H100", "NVIDIA A100")
         raise UserError(f"engine.gpu {space.engine.gpu!r}: unknown to the simulator; use one of {', '.join(known_gpus())}")
     resolve_model(space.engine.model)  # raises UserError naming the model
     touched = space.unmodelled_flags()
