@@ -15,6 +15,7 @@ wrap=screen_wrapper)`` builds the sampler a study runs with.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,6 +29,8 @@ from autotune.errors import UserError
 from autotune.space import SearchSpace
 from autotune.study.search import ScreeningSampler, SweepSampler
 from autotune.study.trials import TrialRecord
+
+log = logging.getLogger(__name__)
 
 
 class SimModel:
@@ -69,12 +72,18 @@ def simulator_models(space: SearchSpace) -> bool:
     its CPU host (``gpu: cpu``, vLLM's CPU build; docs/simulator.md "CPU host"). If it cannot (a
     model it has no config for, a device it does not know, an unmodelled flag), the search runs
     unscreened, as pruning runs off: the screen is an aid, never a reason to refuse a study."""
+    return why_unmodelled(space) is None
+
+
+def why_unmodelled(space: SearchSpace) -> str | None:
+    """What keeps the simulator from modelling this space, in one line; None when nothing does."""
     try:
         resolve_model(space.engine.model)
         get_device(space.engine.gpu)  # the simulator's own lookup: "H100" and "NVIDIA A100" are table GPUs too
-    except UserError:
-        return False
-    return not space.unmodelled_flags()
+    except UserError as e:
+        return str(e)
+    touched = space.unmodelled_flags()
+    return f"the simulator does not model {touched[0][1]} ({touched[0][0]})" if touched else None
 
 
 def screen_wrapper(base: optuna.samplers.BaseSampler, space: SearchSpace, seed: int) -> optuna.samplers.BaseSampler:
@@ -83,7 +92,9 @@ def screen_wrapper(base: optuna.samplers.BaseSampler, space: SearchSpace, seed: 
     hands it only samplers that propose one flag at a time (``SamplerKind.independent``;
     grid, nsga2 and gp propose whole configs and run unscreened)."""
     s = space.study.strategy
-    if not simulator_models(space):
+    if (why := why_unmodelled(space)) is not None:
+        if s.screen or s.sweep:
+            log.warning("the sweep and the screen are off, the study samples unaided: %s", why)
         return base
     model = SimModel(space)
     if s.screen:
