@@ -33,6 +33,7 @@ from experiments.reality_gap.run import run_case
 from experiments.reality_gap.seeds import EVAL_TRUTH_SEEDS, STUDY_SEEDS
 from experiments.reality_gap.strategies import BASELINES, STRATEGIES
 from experiments.reality_gap.truth import Truth, is_cached, scenario_space
+from experiments.scenarios.ground_truth import scenario_name
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RUNS = RESULTS / "runs.jsonl"
@@ -143,9 +144,10 @@ class Pipeline:
             return
         trials = scenario_space(scenario).study.trials
         family = self.args.truth_family
+        name = scenario_name(scenario)  # as a row records it: a space given by path is its stem and hash
         self.cases.extend((scenario, truth_seed, s, s in self.args.calibrate_strategies, m, family)
                           for m in self.args.study_seeds for s in self.args.strategies
-                          if (family, scenario, truth_seed, s, m, trials) not in self.done)
+                          if (family, name, truth_seed, s, m, trials) not in self.done)
 
     def record(self, r: dict[str, Any]) -> None:
         with self.args.out.open("a") as fh:
