@@ -319,6 +319,10 @@ class StrategySection(_Strict):
     # Off (0) by default: once this share of study.trials has been measured, the sweep proposes only
     # configs within two flags of the best measured one (a trust region, as TuRBO; docs/search.md).
     sweep_local_from: float = Field(default=0.0, ge=0.0, le=1.0)
+    # Off by default: the sweep's GP takes each running trial's config as measured at its own
+    # prediction (the kriging believer, Ginsbourger et al. 2010), so workers asking in parallel
+    # spread out instead of launching the model's favourite corner four times over (docs/search.md).
+    sweep_believer: bool = False
     _base_profile: SimProfile = PrivateAttr(default=NOMINAL)
 
     @model_validator(mode="after")

@@ -75,6 +75,9 @@ ABLATIONS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # Tried on the flagship's development truths (README, "Did the search measure a config within 2 %"):
     # the sweep's second half kept to a trust region around the measured leader.
     "autotune-local": ({"sweep_local_from": 0.5}, {}),
+    # Tried on development truths (README, "The kriging believer"): the sweep's GP counts running trials as
+    # measured at its prediction, so parallel asks spread out.
+    "autotune-believer": ({"sweep_believer": True}, {}),
 }
 # name -> export section changes on top of the shipped space. Tried on the development truths (README,
 # "The median of a config's runs"): the export rule and the race rank configs by the median of their runs.

@@ -131,6 +131,40 @@ def test_the_trust_region_keeps_late_launches_near_the_best_measured_config():
     assert StrategySection().sweep_local_from == 0.0  # off unless a space asks
 
 
+def _first_parallel_asks(believer: bool):
+    sp = small_highconc(warm_start=False, early_stop=False, sweep_believer=believer)
+    sampler, study = _sweep_study(sp, Table(sp))
+    H.TrialLoop(study, sp, H.SimClockPool(4), target=4, seed=0).run()  # four asks before any result
+    return sp, [t.params for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)]
+
+
+def test_the_believer_spreads_parallel_asks_and_keeps_the_models_best_first():
+    """study.strategy.sweep_believer: a running trial counts as measured at the GP's prediction,
+    so a worker asking while it runs is not sent next door to it. The written model here is flat
+    in three of the five flags, so the second ask has many configs predicted alike: without the
+    believer it takes the first's nearest (one step of max_num_batched_tokens), with it one far
+    off in the GP's own coordinates."""
+    def gap(sp, a: dict[str, Any], b: dict[str, Any]) -> float:
+        return float(np.linalg.norm(encode(sp, a) - encode(sp, b)))
+
+    (sp, plain), (_, believed) = _first_parallel_asks(False), _first_parallel_asks(True)
+    assert plain[0] == believed[0]  # zero search first, either way
+    assert gap(sp, *believed[:2]) > 2 * gap(sp, *plain[:2])
+    assert len({config_key(p) for p in believed}) == 4
+    assert StrategySection().sweep_believer is False  # off unless a space asks
+
+
+def test_the_believer_keeps_the_mean_and_shrinks_the_spread_near_a_running_point():
+    rng = np.random.default_rng(1)
+    x, r = rng.uniform(0, 1, size=(8, 3)), rng.normal(0, 0.05, 8)
+    gp = ResidualGP.fit(x, r, [1] * 8, 0.05)
+    q = rng.uniform(0, 1, size=(5, 3))
+    (mu, sd), (mu_b, sd_b) = gp.predict(q), gp.believing(q[:1]).predict(q)
+    assert np.allclose(mu, mu_b) and sd_b[0] < sd[0] and np.all(sd_b <= sd + 1e-12)
+    prior = ResidualGP.prior(3, 0.05)
+    assert np.allclose(prior.predict(q)[1], 0.1) and prior.believing(q[:1]).predict(q)[1][0] < 0.1
+
+
 def test_a_model_proved_wrong_hands_over_to_the_sampler():
     sp = small_highconc(warm_start=False, early_stop=False)
     sampler, study = _sweep_study(sp, Table(sp, flip=True))

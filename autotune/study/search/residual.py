@@ -96,8 +96,35 @@ class ResidualGP:
             return cls(x, r, np.zeros(len(r)), np.eye(len(r)), float(np.mean(r)) if len(r) else 0.0, 1.0, 0.1, run_sd)
         return best[1]
 
+    @classmethod
+    def prior(cls, d: int, run_sd: float, length: float = 0.4, scale: float = 0.1) -> ResidualGP:
+        """The GP before any point: mean 0, spread ``scale`` everywhere (what the sweep assumes
+        while fewer than two configs are measured)."""
+        return cls(np.zeros((0, d)), np.zeros(0), np.zeros(0), np.zeros((0, 0)), 0.0, length, scale, run_sd)
+
+    def believing(self, x: np.ndarray) -> ResidualGP:
+        """The same GP (its hyperparameters and constant mean) with the points ``x`` added as if
+        measured once each at the GP's own mean there: the kriging believer. The mean elsewhere
+        is unchanged; the spread near ``x`` shrinks as it would once their runs land, so a
+        confidence bound asked again looks elsewhere."""
+        if not len(x):
+            return self
+        mu, _ = self.predict(x)
+        xs, r = np.vstack([self.x, x]), np.concatenate([self.r, mu])
+        noise = np.concatenate([self._noise(), np.full(len(x), self.run_sd ** 2)])
+        k = self.scale ** 2 * np.exp(-0.5 * _sq_dist(xs, xs) / self.length ** 2) + np.diag(noise + 1e-10)
+        chol = np.linalg.cholesky(k)
+        return ResidualGP(xs, r, _solve(chol, r - self.mean), chol, self.mean, self.length, self.scale, self.run_sd)
+
+    def _noise(self) -> np.ndarray:
+        """The per-point noise variances the GP was fitted with (read back from its kernel)."""
+        k = self.scale ** 2 * np.exp(-0.5 * _sq_dist(self.x, self.x) / self.length ** 2)
+        return np.diag(self.chol @ self.chol.T - k) - 1e-10
+
     def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(mean, sd) of the log residual at the rows of ``x``."""
+        if not len(self.x):
+            return np.full(len(x), self.mean), np.full(len(x), self.scale)
         ks = self.scale ** 2 * np.exp(-0.5 * _sq_dist(x, self.x) / self.length ** 2)
         mu = self.mean + ks @ self.alpha
         v = np.linalg.solve(self.chol, ks.T)

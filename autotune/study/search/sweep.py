@@ -247,8 +247,9 @@ class SweepSampler(WrappingSampler):
             return None, "fallback: the model's error is far beyond the run-to-run spread"
         # Candidates: predicted feasible, not pruned, never launched, not running.
         seen = {m.key for m in measured}
-        running = {config_key(self._flags(t.params)) for t in study.get_trials(deepcopy=False,
-                                                                             states=(TrialState.RUNNING,))}
+        running_params = [t.params for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                          if t.params]
+        running = {config_key(self._flags(p)) for p in running_params}
         flags_pool = [self._flags(p) for p in self.pool]
         pool_preds = self._predict(version, flags_pool, recs)
         cands: list[tuple[dict[str, Any], float]] = []
@@ -268,9 +269,12 @@ class SweepSampler(WrappingSampler):
             return None, "fallback: no candidate left in the pool"
         x = np.array([encode(self.space, p) for p, _ in cands])
         base = np.array([v for _, v in cands])
+        if self.space.study.strategy.sweep_believer and running_params:
+            prior = ResidualGP.prior(x.shape[1], run_log_sd([m.values for _, m in points]))
+            gp = (gp or prior).believing(np.array([encode(self.space, p) for p in running_params]))
         if gp is not None:
             mu, sd = gp.predict(x)
-        else:
+        else:  # ResidualGP.prior's values
             mu, sd = np.zeros(len(cands)), np.full(len(cands), 0.1)
         sign = -1.0 if self.rank.maximize else 1.0
         bound = sign * (base + mu) - KAPPA * sd  # lower is better, optimistic
