@@ -69,6 +69,7 @@ class ResidualGP:
     length: float
     scale: float
     run_sd: float
+    noise: np.ndarray  # each point's noise variance: run_sd^2 over its runs
 
     @classmethod
     def fit(cls, x: np.ndarray, r: np.ndarray, runs: Sequence[float], run_sd: float) -> ResidualGP:
@@ -91,16 +92,17 @@ class ResidualGP:
                 alpha = _solve(chol, r - mean)
                 ll = -0.5 * float((r - mean) @ alpha) - float(np.sum(np.log(np.diag(chol))))
                 if best is None or ll > best[0]:
-                    best = (ll, cls(x, r, alpha, chol, mean, length, scale, run_sd))
+                    best = (ll, cls(x, r, alpha, chol, mean, length, scale, run_sd, noise))
         if best is None:  # cannot happen with a positive noise floor; be safe
-            return cls(x, r, np.zeros(len(r)), np.eye(len(r)), float(np.mean(r)) if len(r) else 0.0, 1.0, 0.1, run_sd)
+            return cls(x, r, np.zeros(len(r)), np.eye(len(r)), float(np.mean(r)) if len(r) else 0.0, 1.0, 0.1, run_sd,
+                       noise)
         return best[1]
 
     @classmethod
     def prior(cls, d: int, run_sd: float, length: float = 0.4, scale: float = 0.1) -> ResidualGP:
         """The GP before any point: mean 0, spread ``scale`` everywhere (what the sweep assumes
         while fewer than two configs are measured)."""
-        return cls(np.zeros((0, d)), np.zeros(0), np.zeros(0), np.zeros((0, 0)), 0.0, length, scale, run_sd)
+        return cls(np.zeros((0, d)), np.zeros(0), np.zeros(0), np.zeros((0, 0)), 0.0, length, scale, run_sd, np.zeros(0))
 
     def believing(self, x: np.ndarray) -> ResidualGP:
         """The same GP (its hyperparameters and constant mean) with the points ``x`` added as if
@@ -111,15 +113,11 @@ class ResidualGP:
             return self
         mu, _ = self.predict(x)
         xs, r = np.vstack([self.x, x]), np.concatenate([self.r, mu])
-        noise = np.concatenate([self._noise(), np.full(len(x), self.run_sd ** 2)])
+        noise = np.concatenate([self.noise, np.full(len(x), self.run_sd ** 2)])
         k = self.scale ** 2 * np.exp(-0.5 * _sq_dist(xs, xs) / self.length ** 2) + np.diag(noise + 1e-10)
         chol = np.linalg.cholesky(k)
-        return ResidualGP(xs, r, _solve(chol, r - self.mean), chol, self.mean, self.length, self.scale, self.run_sd)
-
-    def _noise(self) -> np.ndarray:
-        """The per-point noise variances the GP was fitted with (read back from its kernel)."""
-        k = self.scale ** 2 * np.exp(-0.5 * _sq_dist(self.x, self.x) / self.length ** 2)
-        return np.diag(self.chol @ self.chol.T - k) - 1e-10
+        return ResidualGP(xs, r, _solve(chol, r - self.mean), chol, self.mean, self.length, self.scale, self.run_sd,
+                          noise)
 
     def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(mean, sd) of the log residual at the rows of ``x``."""
