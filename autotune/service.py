@@ -24,6 +24,7 @@ import yaml
 
 from autotune.backend_kinds import is_simulated, needs_gpus
 from autotune.calibrate import screen_wrapper
+from autotune.calibrate.screen import unaided_note
 from autotune.errors import UserError, no_space_error
 from autotune.rundir import RunDir
 from autotune.security import mask_env, mask_url, secret_values
@@ -153,6 +154,7 @@ def _run_locked(space: SearchSpace, space_path: Path, opts: RunOptions, name: st
     if opened.first_open:
         run_dir.space_copy.write_text(yaml.safe_dump(_masked_space(space, space_path), sort_keys=False))
     note = budget_note(space, target)  # said at the start (here and by `run`), in status and the export header
+    unaided = unaided_note(space)  # said at the start: the sweep and the screen are off, and why
     g, c = space.cluster.gpus_per_worker, space.cluster.cpus_per_worker
     callbacks: list[Callback] = [
         TrialFiles(run_dir),
@@ -162,7 +164,7 @@ def _run_locked(space: SearchSpace, space_path: Path, opts: RunOptions, name: st
     if mode != "none":
         callbacks.append(Progress(
             f"backend {space.engine.backend}, {n_workers} worker(s) x {g} GPU(s), sampler {space.study.sampler}; "
-            f"run dir {run_dir.root}" + (f"\n{note}" if note else ""), mode))
+            f"run dir {run_dir.root}" + "".join(f"\n{n}" for n in (note, unaided) if n), mode))
     pool = WorkerPool(space.engine.backend, n_workers, g, c, _backend_kwargs(space, opts))
     loop = TrialLoop(
         opened.study, space, pool,

@@ -15,7 +15,6 @@ wrap=screen_wrapper)`` builds the sampler a study runs with.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,9 +27,8 @@ from autotune.deploy import SimProfile, get_device, resolve_model
 from autotune.errors import UserError
 from autotune.space import SearchSpace
 from autotune.study.search import ScreeningSampler, SweepSampler
+from autotune.study.search.samplers import SAMPLERS
 from autotune.study.trials import TrialRecord
-
-log = logging.getLogger(__name__)
 
 
 class SimModel:
@@ -86,15 +84,26 @@ def why_unmodelled(space: SearchSpace) -> str | None:
     return f"the simulator does not model {touched[0][1]} ({touched[0][0]})" if touched else None
 
 
+def unaided_note(space: SearchSpace) -> str | None:
+    """What the run's start says when the space asks for the sweep or the screen and the
+    simulator cannot model it (screen_wrapper then hands the sampler over as it is), so a
+    study is not quietly plain TPE; None otherwise. Samplers that propose whole configs are
+    never wrapped, so nothing is lost for them."""
+    s = space.study.strategy
+    kind = SAMPLERS.get(space.study.sampler)
+    if not (s.screen or s.sweep) or kind is None or not kind.independent:
+        return None
+    why = why_unmodelled(space)
+    return f"the sweep and the screen are off, the study samples unaided: {why}" if why else None
+
+
 def screen_wrapper(base: optuna.samplers.BaseSampler, space: SearchSpace, seed: int) -> optuna.samplers.BaseSampler:
     """``base`` screened by the simulator when ``study.strategy.screen`` is on, behind the
     sweep when ``study.strategy.sweep`` is on (the sweep falls back to it). make_sampler
     hands it only samplers that propose one flag at a time (``SamplerKind.independent``;
     grid, nsga2 and gp propose whole configs and run unscreened)."""
     s = space.study.strategy
-    if (why := why_unmodelled(space)) is not None:
-        if s.screen or s.sweep:
-            log.warning("the sweep and the screen are off, the study samples unaided: %s", why)
+    if not simulator_models(space):  # unaided_note says so at the run's start
         return base
     model = SimModel(space)
     if s.screen:

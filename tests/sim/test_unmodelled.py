@@ -96,22 +96,25 @@ def test_every_sim_backend_trial_carries_the_warning():
 
 
 @pytest.mark.parametrize("gpu", ["H100", "NVIDIA A100-SXM4-80GB", "h100-80gb"])
-def test_a_gpu_alias_the_simulator_accepts_keeps_the_screen_and_the_sweep(tmp_path, gpu, caplog):
+def test_a_gpu_alias_the_simulator_accepts_keeps_the_screen_and_the_sweep(tmp_path, gpu):
     """The simulator reads "H100" as H100-80GB; a study on it must not lose the screen and the
     sweep (which used to compare the name with the table's exact keys and quietly turned off,
     leaving plain TPE) nor be refused by the sim backend's check."""
-    from autotune.calibrate.screen import screen_wrapper, simulator_models
+    from autotune.calibrate.screen import screen_wrapper, simulator_models, unaided_note
     from autotune.study.search import SweepSampler
 
     sp = load_space(_space(tmp_path, engine__gpu=gpu))
     assert simulator_models(sp)
     validate_for_backend(sp)
     assert isinstance(screen_wrapper(optuna.samplers.TPESampler(seed=0), sp, 0), SweepSampler)
-    assert "the sweep and the screen are off" not in caplog.text
+    assert unaided_note(sp) is None
     unknown = load_space(_space(tmp_path, engine__gpu="TPU-v5e"))
     assert not simulator_models(unknown)
     tpe = optuna.samplers.TPESampler(seed=0)
-    assert screen_wrapper(tpe, unknown, 0) is tpe  # the search runs unaided, and says why
-    assert "the sweep and the screen are off, the study samples unaided: unknown GPU 'TPU-v5e'" in caplog.text
+    assert screen_wrapper(tpe, unknown, 0) is tpe  # the search runs unaided, and the run's start says why
+    assert unaided_note(unknown).startswith(
+        "the sweep and the screen are off, the study samples unaided: unknown GPU 'TPU-v5e'")
+    grid = unknown.model_copy(update={"study": unknown.study.model_copy(update={"sampler": "grid"})})
+    assert unaided_note(grid) is None  # a grid is never screened: nothing is lost
     with pytest.raises(UserError, match="engine.gpu 'TPU-v5e': unknown to the simulator"):
         validate_for_backend(unknown)
