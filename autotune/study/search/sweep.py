@@ -269,13 +269,11 @@ class SweepSampler(WrappingSampler):
             return None, "fallback: no candidate left in the pool"
         x = np.array([encode(self.space, p) for p, _ in cands])
         base = np.array([v for _, v in cands])
+        if gp is None:  # fewer than two configs measured
+            gp = ResidualGP.prior(x.shape[1], run_log_sd([m.values for _, m in points]))
         if self.space.study.strategy.sweep_believer and running_params:
-            prior = ResidualGP.prior(x.shape[1], run_log_sd([m.values for _, m in points]))
-            gp = (gp or prior).believing(np.array([encode(self.space, p) for p in running_params]))
-        if gp is not None:
-            mu, sd = gp.predict(x)
-        else:  # ResidualGP.prior's values
-            mu, sd = np.zeros(len(cands)), np.full(len(cands), 0.1)
+            gp = gp.believing(np.array([encode(self.space, p) for p in running_params]))
+        mu, sd = gp.predict(x)
         sign = -1.0 if self.rank.maximize else 1.0
         bound = sign * (base + mu) - KAPPA * sd  # lower is better, optimistic
         best = int(np.argmin(bound))
