@@ -304,7 +304,7 @@ def _more_runs(pool: Any, cfgs: Sequence[dict[str, Any]], runs: dict[int, list[d
 
 
 def _row(params: dict[str, Any], runs: list[dict[str, Any]], predicted_ok: bool,
-         metrics: Sequence[str]) -> dict[str, Any]:
+         metrics: Sequence[str] = RECORDED) -> dict[str, Any]:
     first = runs[0]
     p99 = [r["p99_e2e_s"] for r in runs if not math.isnan(r["p99_e2e_s"])]
     row = {**params, "predicted_ok": predicted_ok, "started": first["started"], "failure": first["failure"],
@@ -319,7 +319,7 @@ def _row(params: dict[str, Any], runs: list[dict[str, Any]], predicted_ok: bool,
     return row
 
 
-def _rejected_row(params: dict[str, Any], why: str, metrics: Sequence[str]) -> dict[str, Any]:
+def _rejected_row(params: dict[str, Any], why: str, metrics: Sequence[str] = RECORDED) -> dict[str, Any]:
     """A config that was not simulated (a constraint rejects it, or it cannot start): the
     columns of :func:`_row`, in its order, with no value measured."""
     nan = math.nan
