@@ -110,11 +110,12 @@ def test_worker_killed_mid_trial_is_failed_requeued_and_replaced(ray_cluster, tm
     proc = subprocess.Popen(run_cmd(space, out, ray_cluster), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=child_env())
     deadline = time.time() + 180
-    while not list(pids.glob("trial-*.pid")):  # a worker has taken a trial and is sleeping in it
+    # A worker has taken a trial and is sleeping in it; its pid file is created before it is written.
+    while not [f for f in pids.glob("trial-*.pid") if f.read_text().strip()]:
         assert proc.poll() is None, proc.stderr.read()[-3000:] if proc.stderr else ""
         assert time.time() < deadline, "no trial started"
         time.sleep(0.05)
-    victim_file = sorted(pids.glob("trial-*.pid"))[0]
+    victim_file = sorted(f for f in pids.glob("trial-*.pid") if f.read_text().strip())[0]
     victim_trial = int(victim_file.stem.split("-")[1])
     victim_pid = int(victim_file.read_text())
     kept = complete_values(storage, "wkill")
