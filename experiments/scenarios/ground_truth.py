@@ -62,6 +62,7 @@ if not __package__:  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from autotune.deploy import SimProfile, predict_startup  # noqa: E402
+from autotune.errors import UserError  # noqa: E402
 from autotune.sim import simulate_trial  # noqa: E402
 from autotune.sim.hazard import survives  # noqa: E402
 from autotune.sim.quirks import NONE, Quirks  # noqa: E402
@@ -168,12 +169,24 @@ def scenario_grid(scenario: str, space: SearchSpace) -> dict[str, list[Any]]:
 
 
 def scenario_name(scenario: str) -> str:
-    """A name for results and caches: the stem, or for a path its stem and content hash (two
-    files of one name in different places are different scenarios)."""
+    """A name for results and caches: the stem, or for a path its stem and the space's
+    fingerprint (two files of one name with different landscapes are different scenarios).
+
+    The fingerprint, not the file's bytes, because a truth seed derives from this name: a
+    comment, a header command or a moved trace file must not give the same space new truths.
+    A file that does not load keeps a hash of its bytes; the load reports the error later."""
     if not is_path(scenario):
         return scenario
     path = Path(scenario)
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:8] if path.is_file() else "missing"
+    if not path.is_file():
+        return f"{path.stem}-missing"
+    try:
+        digest = space_fingerprint(load_space(path))[:8]
+    except UserError:
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()[:8]
+        except OSError:
+            digest = "unreadable"
     return f"{path.stem}-{digest}"
 
 
