@@ -27,13 +27,15 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from pathlib import Path
 from typing import Any
 
+from autotune.errors import UserError
 from experiments.reality_gap import refine
 from experiments.reality_gap.families import DEFAULT_FAMILY, FAMILIES
-from experiments.reality_gap.run import run_case
+from experiments.reality_gap.run import check_scenario, run_case
 from experiments.reality_gap.seeds import EVAL_TRUTH_SEEDS, STUDY_SEEDS
 from experiments.reality_gap.strategies import BASELINES, STRATEGIES
 from experiments.reality_gap.truth import Truth, is_cached, scenario_space
 from experiments.scenarios.ground_truth import scenario_name
+from experiments.vllm_cpu import replay
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RUNS = RESULTS / "runs.jsonl"
@@ -98,6 +100,13 @@ def main() -> None:
     ap.add_argument("--cached-only", action="store_true",
                     help="skip the (scenario, truth) pairs whose brute force is not cached yet (run again later)")
     args = ap.parse_args()
+    try:
+        for sc in args.scenarios:
+            if not replay.is_replay(sc):
+                check_scenario(sc)  # before any worker starts: a bad file is one line, not a worker's traceback
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     truths = [(sc, s) for s in args.truth_seeds for sc in args.scenarios
               if not (args.cached_only and not is_cached(sc, s, args.truth_family))]

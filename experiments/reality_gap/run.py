@@ -34,7 +34,7 @@ import time
 from typing import Any
 
 from autotune.errors import UserError
-from autotune.space import SearchSpace
+from autotune.space import SearchSpace, load_space
 from autotune.study.search import confirm_trials
 from autotune.study.trials import Role, enqueue_attrs
 from experiments.reality_gap import auto_tune_sh, refine, seeds
@@ -45,7 +45,7 @@ from experiments.reality_gap.study import WORKERS, BenchStudy, build
 from experiments.reality_gap.truth import Truth
 from experiments.scenarios import grids
 from experiments.scenarios import ground_truth as gt_mod
-from experiments.scenarios.ground_truth import is_path, space_path
+from experiments.scenarios.ground_truth import is_path, main_objective, space_path
 from experiments.vllm_cpu import replay
 
 SIMULATED_NOTE = "SIMULATED (autotune.sim, a truth of the family below); not a GPU measurement"
@@ -56,11 +56,24 @@ def check_scenario(name: str) -> None:
         if not space_path(name).is_file():
             raise UserError(f"--scenario {name!r}: no such search-space file; pass a file path or a "
                             "search_spaces/ file stem")
+        check_objectives(name, load_space(space_path(name)))
         return
     if not space_path(name).exists() or name not in grids.GRIDS:
         known = sorted(n for n in grids.GRIDS if space_path(n).exists())
         raise UserError(f"--scenario {name!r}: not a search_spaces/ file stem with a brute-force grid; "
                         f"use one of {', '.join(known)}, or a search-space file's path")
+
+
+def check_objectives(name: str, space: SearchSpace) -> None:
+    """A case is scored by the true OOM rate (the limit) and one metric to rank by, so a space
+    without both cannot be a scenario; say so before a brute force starts."""
+    try:
+        main_objective(space)
+    except ValueError:
+        listed = ", ".join(o.metric for o in space.objectives)
+        raise UserError(f"--scenario {name!r}: objectives [{listed}]: a scenario needs oom_per_1k and one metric "
+                        "to rank by; add `- {metric: oom_per_1k, direction: minimize}` and, for example, "
+                        "`- {metric: p99_e2e_s, direction: minimize}`") from None
 
 
 def gpus_per_worker(bench: BenchStudy) -> int:
