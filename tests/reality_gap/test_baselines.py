@@ -25,7 +25,7 @@ from experiments.reality_gap import score as S
 from experiments.reality_gap import truth as T
 from experiments.reality_gap.run import run_case
 from experiments.reality_gap.strategies import AUTO_TUNE_GMU, BASELINES, variant
-from experiments.scenarios.ground_truth import space_path
+from experiments.scenarios.ground_truth import scenario_name, space_path
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -151,6 +151,45 @@ def test_the_cli_takes_a_path_and_refuses_a_missing_one(tiny):
                          timeout=600)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
     assert not math.isnan(yaml.safe_load(Path(tiny).read_text())["study"]["trials"])
+
+
+def test_a_space_by_path_is_named_by_its_landscape_not_its_bytes(tmp_path):
+    """A path scenario's name seeds its truths: a comment (a header's run command) or another
+    folder keeps the name and so the truths; a changed param range makes a new scenario."""
+    first = tmp_path / "a" / "tiny-name.yaml"
+    first.parent.mkdir()
+    first.write_text(TINY)
+    moved = tmp_path / "b" / "tiny-name.yaml"
+    moved.parent.mkdir()
+    moved.write_text("# run: .venv/bin/python -m experiments.reality_gap.run --scenario tiny-name.yaml\n" + TINY)
+    changed = tmp_path / "c" / "tiny-name.yaml"
+    changed.parent.mkdir()
+    changed.write_text(TINY.replace("choices: [64, 256]", "choices: [64, 128]"))
+    name = scenario_name(str(first))
+    assert name.startswith("tiny-name-") and name == scenario_name(str(moved))
+    assert scenario_name(str(changed)) != name
+    base = load_space(first).engine.profile
+    assert families.draw(base, "structural", name, 0) == families.draw(base, "structural", scenario_name(str(moved)), 0)
+    broken = tmp_path / "tiny-broken.yaml"
+    broken.write_text("params: [")
+    assert scenario_name(str(broken)).startswith("tiny-broken-")  # the load reports it later, in one line
+
+
+@pytest.mark.parametrize("drop", ["oom_per_1k", "p99_e2e_s"])
+def test_a_space_without_the_oom_limit_or_a_rank_metric_is_one_line(tmp_path, drop):
+    """The benchmark scores an export by the true OOM rate and one metric; a space that lacks
+    either was a worker's ValueError traceback in run and in bench."""
+    path = tmp_path / "tiny-one-objective.yaml"
+    path.write_text(TINY.replace(f"  - {{metric: {drop}, direction: minimize}}\n", ""))
+    for cmd in (["experiments.reality_gap.run", "--scenario", str(path), "--truth-seed", "0", "--strategy", "tpe",
+                 "--json"],
+                ["experiments.reality_gap.bench", "--scenarios", str(path), "--truth-seeds", "0", "--study-seeds", "0",
+                 "--strategies", "tpe", "--out", str(tmp_path / "rows.jsonl")]):
+        r = subprocess.run([sys.executable, "-m", *cmd], cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 2, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+        assert "objectives" in r.stderr and "oom_per_1k" in r.stderr and r.stdout == ""
+    assert not (tmp_path / "rows.jsonl").exists()
 
 
 def test_a_space_by_path_may_rank_by_any_registry_metric(tmp_path):
