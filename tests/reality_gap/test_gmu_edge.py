@@ -1,0 +1,27 @@
+"""gmu_edge.py: development seeds only, and its counts are the truth grid's own (no study runs)."""
+
+from __future__ import annotations
+
+from experiments.reality_gap import gmu_edge as G
+from experiments.reality_gap.truth import Truth
+from experiments.scenarios.ground_truth import feasible
+from tests.reality_gap.test_baselines import TINY
+
+
+def test_it_refuses_evaluation_seeds(capsys):
+    assert G.main(["--scenarios", "small-highconc", "--truth-seeds", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert "--truth-seeds 1000: development seeds only" in err and "Traceback" not in err
+
+
+def test_a_row_splits_the_grid_at_the_edge_and_prices_the_cap(tmp_path):
+    path = tmp_path / "tiny-edge.yaml"
+    path.write_text(TINY)  # gmu 0.88 and 0.92
+    row = G.edge_row(str(path), 0, 0.9)
+    truth = Truth.load(str(path), 0, jobs=1)
+    started = [r for r in truth.grid.rows if r["started"]]
+    high = [r for r in started if r[G.GMU] >= 0.9]
+    assert row["started_at_edge"] == len(high) and row["started_below_edge"] == len(started) - len(high)
+    assert row["over_limit_at_edge"] == sum(1 for r in high if not feasible(r, truth.main))
+    assert row["cap_regret"] >= 0.0 and (row["cap_regret"] == 0.0) == (row["best_gmu"] < 0.9)
+    assert row["note"] == "SIMULATED"
