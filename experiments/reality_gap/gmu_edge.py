@@ -21,8 +21,10 @@ import argparse
 import sys
 from typing import Any
 
+from autotune.errors import UserError
 from experiments.reality_gap import seeds
 from experiments.reality_gap.bench import seeds as seed_list
+from experiments.reality_gap.run import check_scenario
 from experiments.reality_gap.truth import Truth
 from experiments.scenarios.ground_truth import best_within_limit, feasible
 
@@ -31,7 +33,11 @@ GMU = "gpu_memory_utilization"
 
 def edge_row(scenario: str, truth_seed: int, edge: float) -> dict[str, Any]:
     """One truth: its OOM-limit failures at and above ``edge``, and the regret of the best below it."""
+    check_scenario(scenario)
     truth = Truth.load(scenario, truth_seed, jobs=1)
+    if GMU not in truth.space.params:
+        raise UserError(f"--scenarios {scenario}: {GMU} is not searched there (params), so its grid has no edge to "
+                        "split at; pass a space that searches it")
     started = [r for r in truth.grid.rows if r["started"]]
     at_edge = [r for r in started if r[GMU] >= edge]
     best = best_within_limit(truth.grid.rows, truth.main, truth.maximize)

@@ -25,3 +25,11 @@ def test_a_row_splits_the_grid_at_the_edge_and_prices_the_cap(tmp_path):
     assert row["over_limit_at_edge"] == sum(1 for r in high if not feasible(r, truth.main))
     assert row["cap_regret"] >= 0.0 and (row["cap_regret"] == 0.0) == (row["best_gmu"] < 0.9)
     assert row["note"] == "SIMULATED"
+
+
+def test_a_space_that_does_not_search_gmu_is_one_line(tmp_path, capsys):
+    path = tmp_path / "tiny-nogmu.yaml"
+    path.write_text(TINY.replace("  gpu_memory_utilization: {type: float, low: 0.88, high: 0.92, step: 0.04}\n", ""))
+    assert G.main(["--scenarios", str(path), "--truth-seeds", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "gpu_memory_utilization is not searched there" in err and "Traceback" not in err
