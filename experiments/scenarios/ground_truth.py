@@ -174,19 +174,14 @@ def scenario_name(scenario: str) -> str:
 
     The fingerprint, not the file's bytes, because a truth seed derives from this name: a
     comment, a header command or a moved trace file must not give the same space new truths.
-    A file that does not load keeps a hash of its bytes; the load reports the error later."""
+    A file that does not load has no truths to name; its load reports the error in one line."""
     if not is_path(scenario):
         return scenario
     path = Path(scenario)
-    if not path.is_file():
-        return f"{path.stem}-missing"
     try:
         digest = space_fingerprint(load_space(path))[:8]
     except UserError:
-        try:
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()[:8]
-        except OSError:
-            digest = "unreadable"
+        digest = "unloadable"
     return f"{path.stem}-{digest}"
 
 
