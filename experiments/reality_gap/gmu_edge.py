@@ -12,20 +12,24 @@ would cost, with a perfect search).
 Development truth seeds only (seeds.py); reads cached truths (a missing one is brute-forced).
 ALL FIGURES ARE SIMULATED.
 
-``python -m experiments.reality_gap.gmu_edge --scenarios qwen72b-mixed trace-replay --truth-seeds 0-9``
+``python -m experiments.reality_gap.gmu_edge --scenarios qwen72b-mixed trace-replay --truth-seeds 0-9 > R.jsonl``
+``python -m experiments.reality_gap.gmu_edge --table R.jsonl`` (the README's table of those rows)
+``python -m experiments.reality_gap.gmu_edge --exports experiments/reality_gap/results/dev/*.jsonl``
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from autotune.errors import UserError
 from experiments.reality_gap import seeds
 from experiments.reality_gap.bench import seeds as seed_list
 from experiments.reality_gap.run import check_scenario
-from experiments.reality_gap.truth import Truth
+from experiments.reality_gap.truth import OOM_LIMIT, WITHIN, Truth
 from experiments.scenarios.ground_truth import best_within_limit, feasible
 
 GMU = "gpu_memory_utilization"
@@ -52,12 +56,61 @@ def edge_row(scenario: str, truth_seed: int, edge: float) -> dict[str, Any]:
             "cap_regret": None if cap_regret is None else round(cap_regret, 4)}
 
 
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    """The README's table: ``edge_row`` rows summed per scenario."""
+    out = ["| scenario | truths | over the limit at the edge | over the limit below it | truth's best at the edge "
+           "| best below the edge within 2 % | worst cost of a cap below the edge |", "|---|---|---|---|---|---|---|"]
+    for sc in dict.fromkeys(r["scenario"] for r in rows):
+        rs = [r for r in rows if r["scenario"] == sc]
+        cells = [f"{o}/{n} ({100 * o / max(n, 1):.0f} %)" for o, n in (
+            (sum(r["over_limit_at_edge"] for r in rs), sum(r["started_at_edge"] for r in rs)),
+            (sum(r["over_limit_below_edge"] for r in rs), sum(r["started_below_edge"] for r in rs)))]
+        costs = [r["cap_regret"] for r in rs if r["cap_regret"] is not None]
+        out.append(f"| {sc} | {len(rs)} | {cells[0]} | {cells[1]} | {sum(r['best_gmu'] >= r['edge'] for r in rs)} "
+                   f"| {sum(c <= WITHIN for c in costs)} | {100 * max(costs, default=0.0):.1f} % |")
+    return out
+
+
+def export_counts(rows: list[dict[str, Any]], edge: float) -> dict[str, Any]:
+    """autotune's exports in benchmark rows (development truths only), split at ``edge``:
+    how many lie on each side, how many of those are over the true OOM limit, and the
+    over-limit ones per scenario."""
+    out: dict[str, Any] = {"at_edge": 0, "over_limit_at_edge": 0, "below_edge": 0, "over_limit_below_edge": 0,
+                           "over_limit_by_scenario": {}}
+    for r in rows:
+        gmu = (r.get("exported_flags") or {}).get(GMU)
+        if r.get("strategy") != "autotune" or gmu is None or r["truth_seed"] not in seeds.DEV_TRUTH_SEEDS:
+            continue
+        side = "at_edge" if gmu >= edge else "below_edge"
+        out[side] += 1
+        if (r["true_oom_per_1k"] or 0.0) > OOM_LIMIT:
+            out[f"over_limit_{side}"] += 1
+            by = out["over_limit_by_scenario"]
+            by[r["scenario"]] = by.get(r["scenario"], 0) + 1
+    return out
+
+
+def _jsonl(paths: list[Path]) -> list[dict[str, Any]]:
+    return [json.loads(line) for p in paths for line in p.read_text().splitlines() if line.strip()]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scenarios", nargs="+", required=True, help="names or space-file paths")
-    ap.add_argument("--truth-seeds", type=seed_list, required=True, help="development seeds: '0-9' or '0,2'")
+    ap.add_argument("--scenarios", nargs="+", help="names or space-file paths")
+    ap.add_argument("--truth-seeds", type=seed_list, help="development seeds: '0-9' or '0,2'")
     ap.add_argument("--edge", type=float, default=0.95, help="the gpu_memory_utilization counted as the edge")
+    ap.add_argument("--table", nargs="+", type=Path, metavar="ROWS", help="print the README's table of these rows")
+    ap.add_argument("--exports", nargs="+", type=Path, metavar="ROWS",
+                    help="count autotune's exports in these benchmark rows files on each side of the edge")
     args = ap.parse_args(argv)
+    if args.table:
+        print("\n".join(table(_jsonl(args.table))))
+        return 0
+    if args.exports:
+        print(json.dumps(export_counts(_jsonl(args.exports), args.edge)))
+        return 0
+    if not args.scenarios or not args.truth_seeds:
+        ap.error("give --scenarios and --truth-seeds, or --table, or --exports")
     return seeds.print_dev_rows(args.truth_seeds, lambda: (edge_row(sc, s, args.edge)
                                                            for sc in args.scenarios for s in args.truth_seeds))
 

@@ -33,3 +33,19 @@ def test_a_space_that_does_not_search_gmu_is_one_line(tmp_path, capsys):
     assert G.main(["--scenarios", str(path), "--truth-seeds", "0"]) == 2
     err = capsys.readouterr().err
     assert "gpu_memory_utilization is not searched there" in err and "Traceback" not in err
+
+
+def test_the_table_sums_each_scenarios_rows():
+    rows = [{"scenario": "s", "edge": 0.95, "started_at_edge": 10, "over_limit_at_edge": 4, "started_below_edge": 20,
+             "over_limit_below_edge": 1, "best_gmu": b, "cap_regret": c} for b, c in ((0.96, 0.03), (0.92, 0.0))]
+    lines = G.table(rows)
+    assert lines[2] == "| s | 2 | 8/20 (40 %) | 2/40 (5 %) | 1 | 1 | 3.0 % |"
+
+
+def test_export_counts_split_autotune_exports_at_the_edge_on_development_truths_only():
+    def row(gmu, oom, strategy="autotune", truth_seed=0):
+        return {"strategy": strategy, "truth_seed": truth_seed, "scenario": "s", "true_oom_per_1k": oom,
+                "exported_flags": {G.GMU: gmu}}
+    rows = [row(0.96, 5.0), row(0.96, 0.0), row(0.9, 0.0), row(0.9, 3.0, strategy="tpe"), row(0.96, 9.0, truth_seed=1000)]
+    assert G.export_counts(rows, 0.95) == {"at_edge": 2, "over_limit_at_edge": 1, "below_edge": 1,
+                                           "over_limit_below_edge": 0, "over_limit_by_scenario": {"s": 1}}
