@@ -57,7 +57,7 @@ def export(
     evidence = study_evidence(st, space)
     margin = space.export.min_headroom_gib
     rank = Ranking.for_space(space)
-    choice = choose(evidence.configs, max_oom_per_1k, margin, rank=rank)
+    choice = choose(evidence.configs, max_oom_per_1k, margin, rank=rank, gmu_edge=space.export.gmu_edge)
     if choice is None:
         raise UserError(f"study {st.study_name}: no feasible completed trial to export yet; run more trials")
     c = choice.config

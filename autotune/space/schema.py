@@ -399,6 +399,11 @@ class ExportSection(_Strict):
     # How a config's runs are summarised where configs are ranked (the export, the race, status):
     # "median" from three runs up is robust to an outlier server start (docs/export.md).
     center: Literal["mean", "median"] = "mean"
+    # gpu_memory_utilization from which a config counts as lacking the margin, like one short of
+    # min_headroom_gib (off by default). vLLM leaves (1 - gmu) of the GPU for what its start-up
+    # profile does not see (NCCL and CUDA-graph pools, fragmentation that grows with uptime); at
+    # the edge an engine can die in one run of five, which three clean runs miss half the time.
+    gmu_edge: float | None = Field(default=None, gt=0, le=1)
 
 
 class ClusterSpec(_Strict):

@@ -65,7 +65,7 @@ def export_pick(recs: Sequence[TrialRecord], space: SearchSpace, repeating: Coll
     """autotune's export rule on ``recs`` (``choose_for_export``'s rule), with its reasons;
     ``repeating``: the trials whose configs a confirmation run still running measures again."""
     return choose(summarize(recs, space).configs, OOM_LIMIT, space.export.min_headroom_gib,
-                  rank=Ranking.for_space(space), repeating=repeating)
+                  rank=Ranking.for_space(space), repeating=repeating, gmu_edge=space.export.gmu_edge)
 
 
 def export_choice(recs: Sequence[TrialRecord], space: SearchSpace) -> ConfigEvidence | None:

@@ -101,6 +101,8 @@ CASES = [
     Case("confirm-unknown-key", "study.confirm.runs: unknown key", _set("study.confirm", {"runs": 2})),
     Case("margin-negative", "export.min_headroom_gib: Input should be greater than or equal to 0",
          _set("export.min_headroom_gib", -0.5)),
+    Case("gmu-edge-above-one", "export.gmu_edge: Input should be less than or equal to 1",
+         _set("export.gmu_edge", 1.5)),
     Case("center-unknown", "export.center: Input should be 'mean' or 'median'", _set("export.center", "mode")),
     Case("model-profile-missing", "model_profile is nominal, calibrated or a SimProfile file",
          _set("study.strategy.model_profile", "missing.yaml")),

@@ -256,3 +256,32 @@ def test_a_finalist_whose_repeat_is_running_counts_as_confirmed():
     # Once it is no longer running (here: failed), good is a single measurement again.
     study.tell(running, state=optuna.trial.TrialState.FAIL)
     assert choose_for_export(study, SPACE, 1.0).trial.number == other
+
+
+def test_export_gmu_edge_passes_an_edge_config_over_for_one_within_its_interval():
+    """``export.gmu_edge``: a config at or above it lacks the margin, as one short of headroom
+    does; a config below it whose mean is within the edge config's interval is exported
+    instead, and the finalists keep one below it for the race. Off (None) by default."""
+    study = _study()
+    edge = _confirmed(study, (0.96, "fp8"), [30.0, 30.9, 29.4])
+    near = _confirmed(study, ROOMY, [30.2, 30.8, 30.0])  # 0.95: at the edge as well
+    below = _confirmed(study, (0.94, "fp8"), [30.5, 31.0, 30.3])  # mean 30.6, inside the edge's interval
+    assert choose_for_export(study, SPACE, 1.0).trial.number == edge  # the default: no edge
+    guarded = SPACE.model_validate(with_setting(SPACE.model_dump(), "export.gmu_edge", 0.95))
+    choice = choose_for_export(study, guarded, 1.0)
+    assert choice is not None and choice.trial.number == below
+    assert any("gpu_memory_utilization 0.96, at or above export.gmu_edge 0.95" in n for n in choice.notes)
+    configs = summarize(records(study.trials), guarded).configs
+    # the rule's picks one after another: the margin rule's pick first, then the edge config it passed over
+    assert [c.first.number for c in finalists(configs, 2, 1.0, 0.0, gmu_edge=0.95)] == [below, edge]
+    assert [c.first.number for c in finalists(configs, 2, 1.0, 0.0)] == [edge, near]
+
+
+def test_export_gmu_edge_keeps_an_edge_config_no_config_below_it_comes_near():
+    study = _study()
+    edge = _confirmed(study, (0.96, "fp8"), [30.0, 30.2, 29.9])
+    _confirmed(study, (0.94, "fp8"), [36.0, 36.5, 35.8])
+    guarded = SPACE.model_validate(with_setting(SPACE.model_dump(), "export.gmu_edge", 0.95))
+    choice = choose_for_export(study, guarded, 1.0)
+    assert choice is not None and choice.trial.number == edge
+    assert any("no config with the margin is within" in n for n in choice.notes)

@@ -19,9 +19,9 @@
    relative half-width) (with the pooled run-to-run spread, so among configs run equally
    often this is the best mean, and a config run fewer times pays for its wider interval).
    With no config measured twice there is no interval; the measured value ranks.
-4. Margin: a config whose memory headroom per GPU is below ``export.min_headroom_gib`` is
-   passed over while a config with that margin has a mean within the interval of the best
-   one.
+4. Margin: a config whose memory headroom per GPU is below ``export.min_headroom_gib``, or
+   whose gpu_memory_utilization is at ``export.gmu_edge`` or above (when set), is passed over
+   while a config with that margin has a mean within the interval of the best one.
 
 Ties fall to the lower trial number. The same rule, applied again to what is left (and
 without step 3's preference), names the finalists confirmation measures again (:func:`finalists`).
@@ -40,6 +40,7 @@ from autotune.study.analysis.evidence import OOM_METRIC, ConfigEvidence, StudyEv
 from autotune.study.trials import Role, State, TrialRecord, records
 
 LATENCY = "p99_e2e_s"
+GMU = "gpu_memory_utilization"
 # The OOM limit confirmation chooses its finalists for: `autotune export`'s default.
 DEFAULT_MAX_OOM_PER_1K = 1.0
 
@@ -120,9 +121,11 @@ def _order(c: ConfigEvidence, t: int, rank: Ranking) -> tuple[float, float, int]
 
 
 def choose(configs: Sequence[ConfigEvidence], max_oom_per_1k: float, min_headroom_gib: float,
-           confirmed_first: bool = True, rank: Ranking = P99, repeating: Collection[int] = ()) -> Choice | None:
+           confirmed_first: bool = True, rank: Ranking = P99, repeating: Collection[int] = (),
+           gmu_edge: float | None = None) -> Choice | None:
     """The export rule over ``configs`` (steps 2-4 of the module's docstring). ``repeating``: the
-    trial numbers whose configs have a confirmation run under way (:func:`repeats_under_way`)."""
+    trial numbers whose configs have a confirmation run under way (:func:`repeats_under_way`);
+    ``gmu_edge``: ``export.gmu_edge``."""
     usable = [c for c in configs if c.usable]
     if not usable:
         return None
@@ -145,22 +148,36 @@ def choose(configs: Sequence[ConfigEvidence], max_oom_per_1k: float, min_headroo
     }[best_tier]
     notes: list[str] = []
     chosen = best
-    if best.headroom.below(min_headroom_gib):
-        within = [c for c in pool if c.headroom.known and not c.headroom.below(min_headroom_gib)
-                  and rank.mean_within(c, best)]
+    short = _short_of_margin(best, min_headroom_gib, gmu_edge)
+    if short:
+        within = [c for c in pool if _has_margin(c, min_headroom_gib, gmu_edge) and rank.mean_within(c, best)]
         if within:
             chosen = within[0]
-            notes.append(f"trial {best.first.number}'s config ranked first but has {best.headroom.gib:.2f} GiB of "
-                         f"headroom per GPU, below the {min_headroom_gib:g} GiB margin; this config has the margin "
+            notes.append(f"trial {best.first.number}'s config ranked first but {short}; this config has the margin "
                          f"and its mean {rank.metric} is within the first's 95 % interval")
         else:
-            notes.append(f"headroom {best.headroom.gib:.2f} GiB per GPU is below the {min_headroom_gib:g} GiB margin, "
-                         f"and no config with the margin is within this one's 95 % interval of {rank.metric}")
+            notes.append(f"{short}, and no config with the margin is within this one's 95 % interval of "
+                         f"{rank.metric}")
     return Choice(chosen, rule, best_tier, notes)
 
 
+def _short_of_margin(c: ConfigEvidence, min_headroom_gib: float, gmu_edge: float | None) -> str:
+    """How ``c`` lacks the export's margin from the memory edge, in words ('' when it does not)."""
+    why = []
+    if c.headroom.below(min_headroom_gib):
+        why.append(f"has {c.headroom.gib:.2f} GiB of headroom per GPU, below the {min_headroom_gib:g} GiB margin")
+    if _at_edge(c, gmu_edge):
+        why.append(f"has {GMU} {c.flags[GMU]:g}, at or above export.gmu_edge {gmu_edge:g}")
+    return " and ".join(why)
+
+
+def _at_edge(c: ConfigEvidence, gmu_edge: float | None) -> bool:
+    gmu = c.flags.get(GMU)
+    return gmu_edge is not None and isinstance(gmu, int | float) and gmu >= gmu_edge
+
+
 def finalists(configs: Sequence[ConfigEvidence], k: int, max_oom_per_1k: float = DEFAULT_MAX_OOM_PER_1K,
-              min_headroom_gib: float = 0.0, rank: Ranking = P99) -> list[ConfigEvidence]:
+              min_headroom_gib: float = 0.0, rank: Ranking = P99, gmu_edge: float | None = None) -> list[ConfigEvidence]:
     """The ``k`` configs the export rule would pick one after another: what confirmation
     measures again. When none of them has the headroom margin and a config that has it
     could be picked too (same OOM tier), the best such one takes the last place, so the
@@ -168,21 +185,22 @@ def finalists(configs: Sequence[ConfigEvidence], k: int, max_oom_per_1k: float =
     left = list(configs)
     out: list[ConfigEvidence] = []
     while len(out) < k:
-        c = choose(left, max_oom_per_1k, min_headroom_gib, confirmed_first=False, rank=rank)
+        c = choose(left, max_oom_per_1k, min_headroom_gib, confirmed_first=False, rank=rank, gmu_edge=gmu_edge)
         if c is None:
             break
         out.append(c.config)
         left = [x for x in left if x is not c.config]
-    if out and not any(_has_margin(c, min_headroom_gib) for c in out):
+    if out and not any(_has_margin(c, min_headroom_gib, gmu_edge) for c in out):
         top = tier(out[0], max_oom_per_1k)
-        spare = [c for c in left if c.usable and _has_margin(c, min_headroom_gib) and tier(c, max_oom_per_1k) == top]
+        spare = [c for c in left
+                 if c.usable and _has_margin(c, min_headroom_gib, gmu_edge) and tier(c, max_oom_per_1k) == top]
         if spare:
             out[-1] = min(spare, key=lambda c: _order(c, top, rank))
     return out
 
 
-def _has_margin(c: ConfigEvidence, min_headroom_gib: float) -> bool:
-    return c.headroom.known and not c.headroom.below(min_headroom_gib)
+def _has_margin(c: ConfigEvidence, min_headroom_gib: float, gmu_edge: float | None = None) -> bool:
+    return c.headroom.known and not c.headroom.below(min_headroom_gib) and not _at_edge(c, gmu_edge)
 
 
 def study_evidence(study: optuna.Study, space: SearchSpace) -> StudyEvidence:
@@ -203,7 +221,7 @@ def choose_for_export(study: optuna.Study, space: SearchSpace, max_oom_per_1k: f
     """The documented export rule on a stored study, with the space's margin."""
     recs = records(study.get_trials(deepcopy=False))
     return choose(summarize(recs, space).configs, max_oom_per_1k, space.export.min_headroom_gib,
-                  rank=Ranking.for_space(space), repeating=repeats_under_way(recs))
+                  rank=Ranking.for_space(space), repeating=repeats_under_way(recs), gmu_edge=space.export.gmu_edge)
 
 
 def recommendation(study: optuna.Study, space: SearchSpace) -> Choice | None:

@@ -153,7 +153,7 @@ def leader_repeat(recs: Sequence[TrialRecord], space: SearchSpace, target: int) 
     if len(search) < leader_repeat_after(space, target, len(confirms) + 1):
         return None
     lead = finalists(summarize(search, space).configs, 1, DEFAULT_MAX_OOM_PER_1K, space.export.min_headroom_gib,
-                     Ranking.for_space(space))
+                     Ranking.for_space(space), space.export.gmu_edge)
     if not lead or lead[0].n > 1 or any(r.repeat_of == lead[0].first.number for r in confirms):
         return None
     return lead[0].first
@@ -175,7 +175,7 @@ def next_step(recs: Sequence[TrialRecord], space: SearchSpace, target: int) -> S
     if running:
         return Step(Kind.WAIT)  # the finalists are chosen from every search result
     final = finalists(summarize(search, space).configs, space.study.confirm.finalists, DEFAULT_MAX_OOM_PER_1K,
-                      space.export.min_headroom_gib, Ranking.for_space(space))
+                      space.export.min_headroom_gib, Ranking.for_space(space), space.export.gmu_edge)
     if not final:  # nothing served: the budget goes back to the search
         return Step(Kind.SEARCH if done < target else Kind.DONE)
     confirms = [r for r in recs if r.role == Role.CONFIRM]
