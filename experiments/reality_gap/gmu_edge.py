@@ -15,6 +15,7 @@ ALL FIGURES ARE SIMULATED.
 ``python -m experiments.reality_gap.gmu_edge --scenarios qwen72b-mixed trace-replay --truth-seeds 0-9 > R.jsonl``
 ``python -m experiments.reality_gap.gmu_edge --table R.jsonl`` (the README's table of those rows)
 ``python -m experiments.reality_gap.gmu_edge --exports experiments/reality_gap/results/dev/*.jsonl``
+``python -m experiments.reality_gap.gmu_edge --guard R.jsonl ...`` (the guard, ``export.gmu_edge``, against autotune)
 """
 
 from __future__ import annotations
@@ -83,11 +84,47 @@ def export_counts(rows: list[dict[str, Any]], edge: float) -> dict[str, Any]:
             continue
         side = "at_edge" if gmu >= edge else "below_edge"
         out[side] += 1
-        if (r["true_oom_per_1k"] or 0.0) > OOM_LIMIT:
+        if _over_limit(r):
             out[f"over_limit_{side}"] += 1
             by = out["over_limit_by_scenario"]
             by[r["scenario"]] = by.get(r["scenario"], 0) + 1
     return out
+
+
+def guard_table(rows: list[dict[str, Any]], base: str = "autotune", guard: str = "autotune-edge") -> list[str]:
+    """The edge guard against autotune, paired on the development cases both strategies ran: per
+    scenario, each one's cases within 2 % and the OOM limit, its exports over the limit and at
+    the edge, how many exports the guard changed and the largest regret it added to an export
+    within the limit."""
+    case = {(r["scenario"], r["truth_seed"], r["study_seed"], r["strategy"]): r for r in rows
+            if r.get("strategy") in (base, guard) and r["truth_seed"] in seeds.DEV_TRUTH_SEEDS}
+    keys = sorted({k[:3] for k in case if k[:3] + (base,) in case and k[:3] + (guard,) in case})
+    out = [f"| scenario | cases | within 2 % and the limit ({base} / {guard}) | over the OOM limit | "
+           f"exports at gmu >= 0.95 | exports changed | largest regret added to one within the limit |", "|---|---|---|---|---|---|---|"]
+    for sc in dict.fromkeys(k[0] for k in keys):
+        pairs = [(case[k + (base,)], case[k + (guard,)]) for k in keys if k[0] == sc]
+
+
+        changed = [(a, b) for a, b in pairs if a["exported_flags"] != b["exported_flags"]]
+        # Regret against an export over the limit means nothing: it could not be deployed.
+        added = max((b["regret"] - a["regret"] for a, b in changed if not _over_limit(a)), default=0.0)
+        out.append(f"| {sc} | {len(pairs)} | {_counts(pairs, _within_limit)} | {_counts(pairs, _over_limit)} | "
+                   f"{_counts(pairs, lambda r: (r['exported_flags'] or {}).get(GMU, 0.0) >= 0.95)} | {len(changed)} | "
+                   f"{100 * added:+.1f} % |")
+    return out
+
+
+def _counts(pairs: list[tuple[dict[str, Any], dict[str, Any]]], f: Any) -> str:
+    """'a / b': the pairs' first and second rows for which ``f`` holds."""
+    return " / ".join(str(sum(1 for p in pairs if f(p[i]))) for i in (0, 1))
+
+
+def _over_limit(r: dict[str, Any]) -> bool:
+    return (r["true_oom_per_1k"] or 0.0) > OOM_LIMIT
+
+
+def _within_limit(r: dict[str, Any]) -> bool:
+    return bool(r["within_2pct"]) and not _over_limit(r)
 
 
 def _jsonl(paths: list[Path]) -> list[dict[str, Any]]:
@@ -102,7 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", nargs="+", type=Path, metavar="ROWS", help="print the README's table of these rows")
     ap.add_argument("--exports", nargs="+", type=Path, metavar="ROWS",
                     help="count autotune's exports in these benchmark rows files on each side of the edge")
+    ap.add_argument("--guard", nargs="+", type=Path, metavar="ROWS",
+                    help="pair autotune-edge with autotune on the development cases of these rows files")
     args = ap.parse_args(argv)
+    if args.guard:
+        print("\n".join(guard_table(_jsonl(args.guard))))
+        return 0
     if args.table:
         print("\n".join(table(_jsonl(args.table))))
         return 0

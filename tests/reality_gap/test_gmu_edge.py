@@ -49,3 +49,17 @@ def test_export_counts_split_autotune_exports_at_the_edge_on_development_truths_
     rows = [row(0.96, 5.0), row(0.96, 0.0), row(0.9, 0.0), row(0.9, 3.0, strategy="tpe"), row(0.96, 9.0, truth_seed=1000)]
     assert G.export_counts(rows, 0.95) == {"at_edge": 2, "over_limit_at_edge": 1, "below_edge": 1,
                                            "over_limit_below_edge": 0, "over_limit_by_scenario": {"s": 1}}
+
+
+def test_the_guard_table_pairs_the_guard_with_autotune_on_development_cases_only():
+    def row(strategy, study_seed, gmu, regret, oom=0.0, truth_seed=0):
+        return {"strategy": strategy, "scenario": "s", "truth_seed": truth_seed, "study_seed": study_seed,
+                "exported_flags": {G.GMU: gmu}, "regret": regret, "true_oom_per_1k": oom,
+                "within_2pct": regret <= 0.02 and oom <= 1.0}
+    rows = [row("autotune", 0, 0.96, 0.0, oom=3.0), row("autotune-edge", 0, 0.93, 0.01),  # the guard's catch
+            row("autotune", 1, 0.96, 0.0), row("autotune-edge", 1, 0.92, 0.05),  # its cost: +5 %
+            row("autotune", 2, 0.90, 0.01), row("autotune-edge", 2, 0.90, 0.01),
+            row("autotune", 3, 0.90, 0.01),  # unpaired
+            row("autotune", 0, 0.96, 0.0, oom=9.0, truth_seed=1000), row("autotune-edge", 0, 0.90, 0.0, truth_seed=1000)]
+    head, rule, line = G.guard_table(rows)
+    assert line == "| s | 3 | 2 / 2 | 1 / 0 | 2 / 0 | 2 | +5.0 % |"
