@@ -156,7 +156,7 @@ def choose(configs: Sequence[ConfigEvidence], max_oom_per_1k: float, min_headroo
             notes.append(f"trial {best.first.number}'s config ranked first but {short}; this config has the margin "
                          f"and its mean {rank.metric} is within the first's 95 % interval")
         else:
-            notes.append(f"{short}, and no config with the margin is within this one's 95 % interval of "
+            notes.append(f"this config {short}, and no config with the margin is within its 95 % interval of "
                          f"{rank.metric}")
     return Choice(chosen, rule, best_tier, notes)
 
