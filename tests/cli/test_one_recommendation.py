@@ -8,12 +8,17 @@ import json
 import re
 
 import optuna
+import yaml
 from mlflow.tracking import MlflowClient
+from optuna.distributions import FloatDistribution
 
+from autotune.rundir import RunDir
 from autotune.space.loader import load_space
 from autotune.study.analysis.pareto import FrontCache
 from autotune.study.loop.callbacks import StudyContext, Tally
 from autotune.study.storages.recovery import Coordinator
+from autotune.study.storages.storage import storage_from_url
+from autotune.study.trials.record import Role, State, TrialRecord
 from autotune.tracking.callback import MlflowLogger
 from autotune.tracking.report import EVIDENCE_TAG, RECOMMENDED_TAG
 from autotune.tracking.views import COMPARE_TAG
@@ -29,11 +34,11 @@ from tests.cli.recommendation_study import (
 from tests.conftest import run_cli
 
 
-def _log_to_mlflow(rd) -> MlflowClient:
+def _log_to_mlflow(rd, name: str = STUDY) -> MlflowClient:
     """What `autotune run`'s MLflow callback writes at the start and end of an invocation."""
-    study = optuna.load_study(study_name=STUDY, storage=rd.optuna_url)
+    study = optuna.load_study(study_name=name, storage=rd.optuna_url)
     space = load_space(rd.space_copy)
-    logger = MlflowLogger(rd.mlflow_url, rd, {"study": STUDY}, {})
+    logger = MlflowLogger(rd.mlflow_url, rd, {"study": name}, {})
     logger.on_study_start(StudyContext(study, space, len(study.trials), Tally(), FrontCache(study), Coordinator(study)))
     logger.on_study_end("FINISHED")
     return MlflowClient(rd.mlflow_url)
@@ -125,3 +130,36 @@ def test_a_12_trial_simulator_study_names_one_recommendation_everywhere(tmp_path
     code, out, err = run_cli(["export", "--out", str(rd.root), "-o", str(target)], capsys)
     assert code == 0, err
     assert f"# recommended trial: {rec} " in target.read_text()
+
+
+def test_with_export_gmu_edge_status_mlflow_and_export_name_the_config_below_the_edge(tmp_path, capsys):
+    """`export.gmu_edge` changes the one answer everywhere at once: the edge config's mean is the
+    lowest, the config below the edge is within its interval, and all three name the latter. The
+    noop backend reports no memory and its model has no memory model, so headroom is unknown:
+    the gmu edge is the margin judged."""
+    rd = RunDir(tmp_path / "run").ensure()
+    space = {"version": 1, "engine": {"backend": "noop", "model": "m"},
+             "params": {"gpu_memory_utilization": {"type": "float", "low": 0.85, "high": 0.98}},
+             "study": {"name": "edge"}, "export": {"gmu_edge": 0.95}}
+    rd.space_copy.write_text(yaml.safe_dump(space, sort_keys=False))
+    study = optuna.create_study(storage=storage_from_url(rd.optuna_url), study_name="edge",
+                                directions=["minimize", "minimize"])
+    dist = {"gpu_memory_utilization": FloatDistribution(0.85, 0.98)}
+    for p99, gmu, role, of in ((25.0, 0.96, Role.SEARCH, None), (25.3, 0.93, Role.SEARCH, None),
+                               (25.3, 0.96, Role.CONFIRM, 0), (24.8, 0.96, Role.CONFIRM, 0),
+                               (25.1, 0.93, Role.CONFIRM, 1), (25.5, 0.93, Role.CONFIRM, 1)):
+        m = {"oom_per_1k": 0.0, "p99_e2e_s": p99, "requests": 1000.0, "requests_oom": 0.0}
+        r = TrialRecord(len(study.trials), State.COMPLETE, role, params={"gpu_memory_utilization": gmu},
+                        flags={"gpu_memory_utilization": gmu}, metrics=m, values=[0.0, p99], repeat_of=of)
+        study.add_trial(optuna.trial.create_trial(params=r.params, distributions=dist, values=r.values,
+                                                  user_attrs=r.user_attrs()))
+    code, out, err = run_cli(["status", "--out", str(rd.root), "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["recommended"]["trial"] == 1
+    client = _log_to_mlflow(rd, "edge")
+    assert client.get_experiment_by_name("edge").tags[RECOMMENDED_TAG] == "1"
+    target = tmp_path / "deploy.yaml"
+    code, out, err = run_cli(["export", "--out", str(rd.root), "-o", str(target)], capsys)
+    assert code == 0, err
+    head = target.read_text()
+    assert "# recommended trial: 1 " in head and "gpu_memory_utilization 0.96, at or above export.gmu_edge 0.95" in head

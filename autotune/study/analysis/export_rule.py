@@ -200,7 +200,15 @@ def finalists(configs: Sequence[ConfigEvidence], k: int, max_oom_per_1k: float =
 
 
 def _has_margin(c: ConfigEvidence, min_headroom_gib: float, gmu_edge: float | None = None) -> bool:
-    return c.headroom.known and not c.headroom.below(min_headroom_gib) and not _at_edge(c, gmu_edge)
+    """Whether ``c`` may stand in for a config that lacks the margin. Below ``gmu_edge`` with
+    its headroom unknown (no measured peak and no memory model, e.g. an unmodelled model), the
+    gmu edge the user set is the margin that can be judged; without an edge, an unknown
+    headroom is no known margin."""
+    if _at_edge(c, gmu_edge):
+        return False
+    if c.headroom.known:
+        return not c.headroom.below(min_headroom_gib)
+    return gmu_edge is not None
 
 
 def study_evidence(study: optuna.Study, space: SearchSpace) -> StudyEvidence:
