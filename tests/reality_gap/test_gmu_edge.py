@@ -61,5 +61,5 @@ def test_the_guard_table_pairs_the_guard_with_autotune_on_development_cases_only
             row("autotune", 2, 0.90, 0.01), row("autotune-edge", 2, 0.90, 0.01),
             row("autotune", 3, 0.90, 0.01),  # unpaired
             row("autotune", 0, 0.96, 0.0, oom=9.0, truth_seed=1000), row("autotune-edge", 0, 0.90, 0.0, truth_seed=1000)]
-    head, rule, line = G.guard_table(rows)
+    head, rule, line = G.guard_table(rows, 0.95)
     assert line == "| s | 3 | 2 / 2 | 1 / 0 | 2 / 0 | 2 | +5.0 % |"
