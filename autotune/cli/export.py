@@ -16,7 +16,13 @@ from autotune.export.k8s import VLLM_IMAGE, k8s_manifests
 from autotune.export.vllm_config import header, serve_command, write_atomic, write_config
 from autotune.space.loader import parse_space
 from autotune.study.analysis import SHOWN_METRICS
-from autotune.study.analysis.export_rule import DEFAULT_MAX_OOM_PER_1K, SHOWN, Ranking, choose, study_evidence
+from autotune.study.analysis.export_rule import (
+    DEFAULT_MAX_OOM_PER_1K,
+    SHOWN,
+    Ranking,
+    choose_in_space,
+    study_evidence,
+)
 from autotune.study.search import budget_note
 from autotune.study.trials import records
 
@@ -57,7 +63,7 @@ def export(
     evidence = study_evidence(st, space)
     margin = space.export.min_headroom_gib
     rank = Ranking.for_space(space)
-    choice = choose(evidence.configs, max_oom_per_1k, margin, rank=rank, gmu_edge=space.export.gmu_edge)
+    choice = choose_in_space(evidence.configs, space, max_oom_per_1k)
     if choice is None:
         raise UserError(f"study {st.study_name}: no feasible completed trial to export yet; run more trials")
     c = choice.config

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.space import SearchSpace
-from autotune.study.analysis import Choice, ConfigEvidence, Ranking, choose, config_key, summarize
-from autotune.study.analysis.export_rule import repeated_by
+from autotune.study.analysis import Choice, ConfigEvidence, config_key, summarize
+from autotune.study.analysis.export_rule import choose_in_space, repeated_by
 from autotune.study.trials import Role, State, TrialRecord
 from experiments.reality_gap.truth import OOM_LIMIT
 from experiments.search.harness import Dispatch
@@ -64,8 +64,7 @@ def gpu_hours_by(t: float, timed: Sequence[Timed], gpus: int) -> float:
 def export_pick(recs: Sequence[TrialRecord], space: SearchSpace, repeating: Collection[int] = ()) -> Choice | None:
     """autotune's export rule on ``recs`` (``choose_for_export``'s rule), with its reasons;
     ``repeating``: the trials whose configs a confirmation run still running measures again."""
-    return choose(summarize(recs, space).configs, OOM_LIMIT, space.export.min_headroom_gib,
-                  rank=Ranking.for_space(space), repeating=repeating, gmu_edge=space.export.gmu_edge)
+    return choose_in_space(summarize(recs, space).configs, space, OOM_LIMIT, repeating)
 
 
 def export_choice(recs: Sequence[TrialRecord], space: SearchSpace) -> ConfigEvidence | None:

@@ -225,11 +225,17 @@ def repeats_under_way(recs: Sequence[TrialRecord]) -> set[int]:
     return repeated_by(r for r in recs if r.state == State.RUNNING)
 
 
+def choose_in_space(configs: Sequence[ConfigEvidence], space: SearchSpace, max_oom_per_1k: float,
+                    repeating: Collection[int] = ()) -> Choice | None:
+    """:func:`choose` with the space's export settings (margin, gmu edge, ranked objective)."""
+    return choose(configs, max_oom_per_1k, space.export.min_headroom_gib, rank=Ranking.for_space(space),
+                  repeating=repeating, gmu_edge=space.export.gmu_edge)
+
+
 def choose_for_export(study: optuna.Study, space: SearchSpace, max_oom_per_1k: float) -> Choice | None:
     """The documented export rule on a stored study, with the space's margin."""
     recs = records(study.get_trials(deepcopy=False))
-    return choose(summarize(recs, space).configs, max_oom_per_1k, space.export.min_headroom_gib,
-                  rank=Ranking.for_space(space), repeating=repeats_under_way(recs), gmu_edge=space.export.gmu_edge)
+    return choose_in_space(summarize(recs, space).configs, space, max_oom_per_1k, repeats_under_way(recs))
 
 
 def recommendation(study: optuna.Study, space: SearchSpace) -> Choice | None:
