@@ -323,6 +323,11 @@ class StrategySection(_Strict):
     # prediction (the kriging believer, Ginsbourger et al. 2010), so workers asking in parallel
     # spread out instead of launching the model's favourite corner four times over (docs/search.md).
     sweep_believer: bool = False
+    # Off by default: the sweep's GP is averaged over its hyperparameter grid, weighted by marginal
+    # likelihood (Snoek et al. 2012), instead of taking the most likely (length, scale): agreeing
+    # residuals on one plane then do not claim to know the model's error on planes nothing
+    # measured (docs/search.md).
+    sweep_marginal: bool = False
     _base_profile: SimProfile = PrivateAttr(default=NOMINAL)
 
     @model_validator(mode="after")

@@ -78,6 +78,9 @@ ABLATIONS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # Tried on development truths (README, "The kriging believer"): the sweep's GP counts running trials as
     # measured at its prediction, so parallel asks spread out.
     "autotune-believer": ({"sweep_believer": True}, {}),
+    # Tried on development truths (README, "A GP averaged over its hyperparameters"): the sweep's GP
+    # averaged over its (length, scale) grid, so an unmeasured plane keeps some prior spread.
+    "autotune-marginal": ({"sweep_marginal": True}, {}),
 }
 # name -> export section changes on top of the shipped space. Tried on the development truths (README,
 # "The median of a config's runs"): the export rule and the race rank configs by the median of their runs.

@@ -17,7 +17,7 @@ from autotune.space import load_space
 from autotune.space.schema import ParamSpec, StrategySection
 from autotune.study.analysis import pooled_log_sd
 from autotune.study.analysis.evidence import config_key
-from autotune.study.search.residual import DEFAULT_RUN_SD, ResidualGP, encode, run_log_sd
+from autotune.study.search.residual import DEFAULT_RUN_SD, Marginal, ResidualGP, encode, run_log_sd
 from autotune.study.search.samplers import make_sampler
 from autotune.study.search.screening import ScreeningSampler
 from autotune.study.search.sweep import SweepSampler, candidate_pool, param_values
@@ -163,6 +163,42 @@ def test_the_believer_keeps_the_mean_and_shrinks_the_spread_near_a_running_point
     assert np.allclose(mu, mu_b) and sd_b[0] < sd[0] and np.all(sd_b <= sd + 1e-12)
     prior = ResidualGP.prior(3, 0.05)
     assert np.allclose(prior.predict(q)[1], 0.1) and prior.believing(q[:1]).predict(q)[1][0] < 0.1
+
+
+def test_the_averaged_gp_keeps_spread_on_a_plane_nothing_measured():
+    """study.strategy.sweep_marginal: ten configs on one plane (three flags at 0) whose residuals
+    agree make the smallest scale the most likely, and that GP claims to know the model's error
+    on the other planes too; averaged over its grid the GP keeps more of the prior spread there,
+    and more than near the data. Its mean stays the data's (one shared scale error)."""
+    rng = np.random.default_rng(0)
+    x = np.zeros((10, 5))
+    x[:, :2] = rng.uniform(0, 1, size=(10, 2))
+    r = 0.1 + rng.normal(0, 0.03, 10)
+    fits = ResidualGP.fit_grid(x, r, [1] * 10, 0.08)
+    best = max(fits, key=lambda f: f.log_likelihood).gp
+    ml = ResidualGP.fit(x, r, [1] * 10, 0.08)
+    assert (best.length, best.scale) == (ml.length, ml.scale)
+    mixed = Marginal.of(fits)
+    assert mixed.weights.sum() == pytest.approx(1.0) and len(mixed.parts) == len(fits) > 1
+    on, off = np.array([[0.5, 0.5, 0, 0, 0]]), np.array([[0.5, 0.5, 1, 1, 1]])
+    assert mixed.predict(off)[1][0] > 2 * best.predict(off)[1][0]
+    assert mixed.predict(off)[1][0] > mixed.predict(on)[1][0]
+    assert mixed.predict(off)[0][0] == pytest.approx(float(np.mean(r)), abs=0.02)
+    one = Marginal.of(fits[:1])  # a single grid point: the mixture is that GP
+    q = rng.uniform(0, 1, size=(4, 5))
+    assert np.allclose(one.predict(q)[0], fits[0].gp.predict(q)[0])
+    assert np.allclose(one.predict(q)[1], fits[0].gp.predict(q)[1])
+    assert np.all(mixed.believing(on).predict(on)[1] < mixed.predict(on)[1])
+    assert StrategySection().sweep_marginal is False  # off unless a space asks
+
+
+def test_the_sweep_runs_with_the_averaged_gp():
+    sp = small_highconc(warm_start=False, early_stop=False, sweep_marginal=True)
+    sampler, study = _sweep_study(sp, Table(sp))
+    H.TrialLoop(study, sp, H.SimClockPool(1), target=8, seed=0).run()
+    why = [sampler.decisions[n] for n in sorted(sampler.decisions)]
+    assert len(why) == 8 and all(w.startswith("sweep") for w in why)
+    assert len({config_key(t.params) for t in study.get_trials(deepcopy=False)}) == 8
 
 
 def test_a_model_proved_wrong_hands_over_to_the_sampler():

@@ -74,10 +74,21 @@ class ResidualGP:
     @classmethod
     def fit(cls, x: np.ndarray, r: np.ndarray, runs: Sequence[float], run_sd: float) -> ResidualGP:
         """``x``: (n, d) points, ``r``: their mean log residuals, ``runs``: the runs behind
-        each (a benchmark stopped early counts as part of one)."""
+        each (a benchmark stopped early counts as part of one). The grid's most likely GP."""
+        fits = cls.fit_grid(x, r, runs, run_sd)
+        if not fits:  # cannot happen with a positive noise floor; be safe
+            noise = np.array([run_sd ** 2 / max(k, 0.25) for k in runs])
+            return cls(x, r, np.zeros(len(r)), np.eye(len(r)), float(np.mean(r)) if len(r) else 0.0, 1.0, 0.1, run_sd,
+                       noise)
+        return max(fits, key=lambda f: f.log_likelihood).gp
+
+    @classmethod
+    def fit_grid(cls, x: np.ndarray, r: np.ndarray, runs: Sequence[float], run_sd: float) -> list[GridFit]:
+        """The GP at every (length, scale) of the grid, with its log marginal likelihood."""
         noise = np.array([run_sd ** 2 / max(k, 0.25) for k in runs])
-        best: tuple[float, ResidualGP] | None = None
+        fits: list[GridFit] = []
         d2 = _sq_dist(x, x)
+        ones = np.ones(len(r))
         for length in LENGTHS:
             for scale in SCALES:
                 k = scale ** 2 * np.exp(-0.5 * d2 / length ** 2) + np.diag(noise + 1e-10)
@@ -86,17 +97,15 @@ class ResidualGP:
                 except np.linalg.LinAlgError:
                     continue
                 # Constant mean by generalised least squares, then the log marginal likelihood.
-                ones = np.ones(len(r))
                 ki1 = _solve(chol, ones)
                 mean = float(ki1 @ r / (ones @ ki1))
                 alpha = _solve(chol, r - mean)
                 ll = -0.5 * float((r - mean) @ alpha) - float(np.sum(np.log(np.diag(chol))))
-                if best is None or ll > best[0]:
-                    best = (ll, cls(x, r, alpha, chol, mean, length, scale, run_sd, noise))
-        if best is None:  # cannot happen with a positive noise floor; be safe
-            return cls(x, r, np.zeros(len(r)), np.eye(len(r)), float(np.mean(r)) if len(r) else 0.0, 1.0, 0.1, run_sd,
-                       noise)
-        return best[1]
+                # The mean integrated out under a flat prior (the restricted likelihood): what
+                # weighs one grid point against another when they are averaged (Marginal).
+                restricted = ll - 0.5 * math.log(float(ones @ ki1))
+                fits.append(GridFit(cls(x, r, alpha, chol, mean, length, scale, run_sd, noise), ll, restricted))
+        return fits
 
     @classmethod
     def prior(cls, d: int, run_sd: float, length: float = 0.4, scale: float = 0.1) -> ResidualGP:
@@ -128,6 +137,46 @@ class ResidualGP:
         v = np.linalg.solve(self.chol, ks.T)
         var = np.maximum(self.scale ** 2 - np.sum(v * v, axis=0), 1e-12)
         return mu, np.sqrt(var)
+
+
+@dataclass(frozen=True)
+class GridFit:
+    """One grid point's GP and how well it explains the residuals."""
+
+    gp: ResidualGP
+    log_likelihood: float  # with the constant mean at its GLS estimate (picks ResidualGP.fit's GP)
+    restricted: float  # with the constant mean integrated out (weighs the grid points in Marginal)
+
+
+@dataclass(frozen=True)
+class Marginal:
+    """The residual GP averaged over its hyperparameter grid, each (length, scale) weighted by
+    its restricted marginal likelihood (a flat prior over the grid), instead of the single most
+    likely one: Snoek, Larochelle and Adams (2012) integrate the hyperparameters out for the same
+    reason. A handful of residuals that agree with each other make a small ``scale`` the most
+    likely, and the most likely GP then claims to know the model's error everywhere, also on
+    planes of the space nothing measured; the average keeps the larger scales in the proportion
+    the data cannot rule them out, so an unmeasured plane keeps some of its prior spread.
+    ``predict`` gives the mixture's mean and sd; ``believing`` applies to every member."""
+
+    parts: tuple[ResidualGP, ...]
+    weights: np.ndarray
+
+    @classmethod
+    def of(cls, fits: Sequence[GridFit]) -> Marginal:
+        ll = np.array([f.restricted for f in fits])
+        w = np.exp(ll - ll.max())
+        return cls(tuple(f.gp for f in fits), w / w.sum())
+
+    def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        mus, sds = zip(*(p.predict(x) for p in self.parts), strict=True)
+        mu_k, sd_k = np.array(mus), np.array(sds)
+        mu = self.weights @ mu_k
+        second = self.weights @ (sd_k ** 2 + mu_k ** 2)
+        return mu, np.sqrt(np.maximum(second - mu ** 2, 1e-12))
+
+    def believing(self, x: np.ndarray) -> Marginal:
+        return Marginal(tuple(p.believing(x) for p in self.parts), self.weights)
 
 
 def _sq_dist(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -40,7 +40,7 @@ from autotune.space.schema import ParamSpec
 from autotune.study.analysis import Ranking, config_key
 from autotune.study.search import strategy
 from autotune.study.search.pruning import StartupPredictor
-from autotune.study.search.residual import ResidualGP, encode, run_log_sd
+from autotune.study.search.residual import GridFit, Marginal, ResidualGP, encode, run_log_sd
 from autotune.study.search.screening import Choice, ConfigModel, WrappingSampler, score
 from autotune.study.trials import Role, TrialRecord, records
 from autotune.study.trials.params import _active, _ordered, check_constraints, suggest_params
@@ -242,7 +242,8 @@ class SweepSampler(WrappingSampler):
         data = [m for m in measured if m.usable and (m.values or m.floors)]
         preds = self._predict(version, [m.flags for m in data], recs)
         points = [(math.log(p), m) for p_, m in zip(preds, data, strict=True) if math.isfinite(p := self._main(p_))]
-        gp = self._residual_gp(points)
+        fits = self._residual_fits(points)
+        gp = max(fits, key=lambda f: f.log_likelihood).gp if fits else None
         if gp is not None and len(points) >= TRUST_AFTER and self._model_disproved(points, gp):
             return None, "fallback: the model's error is far beyond the run-to-run spread"
         # Candidates: predicted feasible, not pruned, never launched, not running.
@@ -269,11 +270,14 @@ class SweepSampler(WrappingSampler):
             return None, "fallback: no candidate left in the pool"
         x = np.array([encode(self.space, p) for p, _ in cands])
         base = np.array([v for _, v in cands])
+        error: ResidualGP | Marginal
         if gp is None:  # fewer than two configs measured
-            gp = ResidualGP.prior(x.shape[1], run_log_sd([m.values for _, m in points]))
+            error = ResidualGP.prior(x.shape[1], run_log_sd([m.values for _, m in points]))
+        else:
+            error = Marginal.of(fits) if self.space.study.strategy.sweep_marginal else gp
         if self.space.study.strategy.sweep_believer and running_params:
-            gp = gp.believing(np.array([encode(self.space, p) for p in running_params]))
-        mu, sd = gp.predict(x)
+            error = error.believing(np.array([encode(self.space, p) for p in running_params]))
+        mu, sd = error.predict(x)
         sign = -1.0 if self.rank.maximize else 1.0
         bound = sign * (base + mu) - KAPPA * sd  # lower is better, optimistic
         best = int(np.argmin(bound))
@@ -295,11 +299,12 @@ class SweepSampler(WrappingSampler):
         near = [c for c in cands if sum(v != leader.get(n) for n, v in c[0].items()) <= LOCAL_FLAGS]
         return (near, True) if near else (cands, False)
 
-    def _residual_gp(self, points: Sequence[tuple[float, Measured]]) -> ResidualGP | None:
-        """The GP of log(measured) - log(predicted) over the measured configs; a censored
-        config's residual is imputed (:func:`impute_censored`)."""
+    def _residual_fits(self, points: Sequence[tuple[float, Measured]]) -> list[GridFit]:
+        """The GP of log(measured) - log(predicted) over the measured configs at each point of
+        its hyperparameter grid (none below two configs); a censored config's residual is
+        imputed (:func:`impute_censored`)."""
         if len(points) < 2:
-            return None
+            return []
         x = np.array([encode(self.space, {n: m.flags.get(n) for n in self.space.params}) for _, m in points])
         r = np.array([m.log_mean - lp for lp, m in points])
         w = [m.weight for _, m in points]
@@ -307,7 +312,7 @@ class SweepSampler(WrappingSampler):
         censored = np.array([m.censored for _, m in points])
         if censored.any() and not self.rank.maximize:  # the early-stop rule bounds minimised objectives only
             r = impute_censored(x, r, w, censored, sd)
-        return ResidualGP.fit(x, r, w, sd)
+        return ResidualGP.fit_grid(x, r, w, sd)
 
     @staticmethod
     def _model_disproved(points: Sequence[tuple[float, Measured]], gp: ResidualGP) -> bool:
