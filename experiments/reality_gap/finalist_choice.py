@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from autotune.study.analysis.evidence import ConfigEvidence, summarize
-from autotune.study.analysis.export_rule import DEFAULT_MAX_OOM_PER_1K, Ranking, finalists, tier
+from autotune.study.analysis.export_rule import DEFAULT_MAX_OOM_PER_1K, Ranking, finalists_in_space, tier
 from autotune.study.search.residual import ResidualGP, encode
 from autotune.study.trials import Role
 from experiments.reality_gap import seeds
@@ -99,7 +99,7 @@ def case(scenario: str, truth_seed: int, study_seed: int) -> dict[str, Any]:
     search = [r for r in bench.records() if r.role != Role.CONFIRM]
     configs = summarize(search, space).configs
     k = space.study.confirm.finalists
-    chosen = {"single": finalists(configs, k, DEFAULT_MAX_OOM_PER_1K, space.export.min_headroom_gib, rank)}
+    chosen = {"single": finalists_in_space(configs, space, k)}
     cands = pool(configs, rank)
     params = [truth.params(c.flags) for c in cands]
     x = np.array([encode(space, p) for p in params])

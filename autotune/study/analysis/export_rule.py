@@ -232,6 +232,14 @@ def choose_in_space(configs: Sequence[ConfigEvidence], space: SearchSpace, max_o
                   repeating=repeating, gmu_edge=space.export.gmu_edge)
 
 
+def finalists_in_space(configs: Sequence[ConfigEvidence], space: SearchSpace, k: int,
+                       max_oom_per_1k: float = DEFAULT_MAX_OOM_PER_1K) -> list[ConfigEvidence]:
+    """:func:`finalists` with the space's export settings, as :func:`choose_in_space` is
+    :func:`choose` with them: confirmation races what the export rule would pick."""
+    return finalists(configs, k, max_oom_per_1k, space.export.min_headroom_gib, Ranking.for_space(space),
+                     space.export.gmu_edge)
+
+
 def choose_for_export(study: optuna.Study, space: SearchSpace, max_oom_per_1k: float) -> Choice | None:
     """The documented export rule on a stored study, with the space's margin."""
     recs = records(study.get_trials(deepcopy=False))

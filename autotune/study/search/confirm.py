@@ -31,7 +31,7 @@ from enum import StrEnum
 from autotune.space import SearchSpace
 from autotune.space.schema import ConfirmSection
 from autotune.study.analysis import ConfigEvidence, config_key, summarize
-from autotune.study.analysis.export_rule import DEFAULT_MAX_OOM_PER_1K, Ranking, finalists
+from autotune.study.analysis.export_rule import Ranking, finalists_in_space
 from autotune.study.trials import Role, State, TrialRecord
 
 
@@ -152,8 +152,7 @@ def leader_repeat(recs: Sequence[TrialRecord], space: SearchSpace, target: int) 
     search = [r for r in recs if r.role != Role.CONFIRM and r.state == State.COMPLETE]
     if len(search) < leader_repeat_after(space, target, len(confirms) + 1):
         return None
-    lead = finalists(summarize(search, space).configs, 1, DEFAULT_MAX_OOM_PER_1K, space.export.min_headroom_gib,
-                     Ranking.for_space(space), space.export.gmu_edge)
+    lead = finalists_in_space(summarize(search, space).configs, space, 1)
     if not lead or lead[0].n > 1 or any(r.repeat_of == lead[0].first.number for r in confirms):
         return None
     return lead[0].first
@@ -174,8 +173,7 @@ def next_step(recs: Sequence[TrialRecord], space: SearchSpace, target: int) -> S
         return Step(Kind.WAIT if running else Kind.DONE)
     if running:
         return Step(Kind.WAIT)  # the finalists are chosen from every search result
-    final = finalists(summarize(search, space).configs, space.study.confirm.finalists, DEFAULT_MAX_OOM_PER_1K,
-                      space.export.min_headroom_gib, Ranking.for_space(space), space.export.gmu_edge)
+    final = finalists_in_space(summarize(search, space).configs, space, space.study.confirm.finalists)
     if not final:  # nothing served: the budget goes back to the search
         return Step(Kind.SEARCH if done < target else Kind.DONE)
     confirms = [r for r in recs if r.role == Role.CONFIRM]
