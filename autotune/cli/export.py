@@ -15,13 +15,13 @@ from autotune.export.header import evidence_lines, oom_line, ranked_summary
 from autotune.export.k8s import VLLM_IMAGE, k8s_manifests
 from autotune.export.vllm_config import header, serve_command, write_atomic, write_config
 from autotune.space.loader import parse_space
-from autotune.study.analysis import SHOWN_METRICS
+from autotune.study.analysis import SHOWN_METRICS, summarize
 from autotune.study.analysis.export_rule import (
     DEFAULT_MAX_OOM_PER_1K,
     SHOWN,
     Ranking,
     choose_in_space,
-    study_evidence,
+    repeats_under_way,
 )
 from autotune.study.search import budget_note
 from autotune.study.trials import records
@@ -60,17 +60,20 @@ def export(
     run_dir = find_run_dir(out)
     space = parse_space(saved_space(run_dir), run_dir.space_copy)
     st = open_study(run_dir, study, storage)
-    evidence = study_evidence(st, space)
+    recs = records(st.get_trials(deepcopy=False))
+    evidence = summarize(recs, space)
     margin = space.export.min_headroom_gib
     rank = Ranking.for_space(space)
-    choice = choose_in_space(evidence.configs, space, max_oom_per_1k)
+    # A config whose confirmation repeat is running counts as confirmed, as status and MLflow
+    # read it (export_rule.choose_for_export), so an export of a running study names their config.
+    choice = choose_in_space(evidence.configs, space, max_oom_per_1k, repeats_under_way(recs))
     if choice is None:
         raise UserError(f"study {st.study_name}: no feasible completed trial to export yet; run more trials")
     c = choice.config
     shown = {"oom_per_1k": c.oom.rate_per_1k,
              **{m: c.interval(m).mean for m in dict.fromkeys([rank.metric, *SHOWN_METRICS]) if m in c.intervals}}
     path = output or run_dir.root / DEFAULT_FILE[format_]
-    budget = budget_note(space, sum(r.launched for r in records(st.get_trials(deepcopy=False))))
+    budget = budget_note(space, sum(r.launched for r in recs))
     head = header(st.study_name, choice.trial.number, space.engine.backend, shown, choice.rule,
                   [*evidence_lines(choice, evidence, max_oom_per_1k, margin), *([budget] if budget else [])])
     try:

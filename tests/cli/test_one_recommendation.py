@@ -10,7 +10,7 @@ import re
 import optuna
 import yaml
 from mlflow.tracking import MlflowClient
-from optuna.distributions import FloatDistribution
+from optuna.distributions import FloatDistribution, IntDistribution
 
 from autotune.rundir import RunDir
 from autotune.space.loader import load_space
@@ -163,3 +163,39 @@ def test_with_export_gmu_edge_status_mlflow_and_export_name_the_config_below_the
     assert code == 0, err
     head = target.read_text()
     assert "# recommended trial: 1 " in head and "gpu_memory_utilization 0.96, at or above export.gmu_edge 0.95" in head
+
+
+def test_while_a_repeat_runs_status_and_export_name_the_same_trial(tmp_path, capsys):
+    """While a confirmation repeat of a config runs, the export rule counts that config as
+    confirmed (so the answer does not jump to whichever finalist's repeat lands first). status
+    and MLflow read it so; `autotune export` of the running study must too."""
+    rd = RunDir(tmp_path / "run").ensure()
+    space = {"version": 1, "engine": {"backend": "noop", "model": "m"},
+             "params": {"max_num_seqs": {"type": "int", "low": 1, "high": 512}}, "study": {"name": "racing"}}
+    rd.space_copy.write_text(yaml.safe_dump(space, sort_keys=False))
+    study = optuna.create_study(storage=storage_from_url(rd.optuna_url), study_name="racing",
+                                directions=["minimize", "minimize"])
+    dist = {"max_num_seqs": IntDistribution(1, 512)}
+    for p99, seqs, role, of in ((24.0, 64, Role.SEARCH, None), (26.0, 128, Role.SEARCH, None),
+                                (26.1, 128, Role.CONFIRM, 1)):
+        m = {"oom_per_1k": 0.0, "p99_e2e_s": p99, "requests": 1000.0, "requests_oom": 0.0}
+        r = TrialRecord(len(study.trials), State.COMPLETE, role, params={"max_num_seqs": seqs},
+                        flags={"max_num_seqs": seqs}, metrics=m, values=[0.0, p99], repeat_of=of)
+        study.add_trial(optuna.trial.create_trial(params=r.params, distributions=dist, values=r.values,
+                                                  user_attrs=r.user_attrs()))
+
+    def named() -> tuple[int, str]:
+        code, out, err = run_cli(["status", "--out", str(rd.root), "--json"], capsys)
+        assert code == 0, err
+        target = tmp_path / "deploy.yaml"
+        code, _, err = run_cli(["export", "--out", str(rd.root), "-o", str(target)], capsys)
+        assert code == 0, err
+        return json.loads(out)["recommended"]["trial"], target.read_text()
+
+    rec, head = named()
+    assert rec == 1 and "# recommended trial: 1 " in head  # the confirmed config first
+    running = study.ask()  # trial 0's repeat, under way (as the loop enqueues it)
+    running.set_user_attr("role", str(Role.CONFIRM))
+    running.set_user_attr("repeat_of", 0)
+    rec, head = named()
+    assert rec == 0 and "# recommended trial: 0 " in head
