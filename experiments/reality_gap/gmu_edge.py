@@ -30,8 +30,9 @@ from autotune.errors import UserError
 from autotune.study.analysis.export_rule import GMU
 from experiments.reality_gap import seeds
 from experiments.reality_gap.bench import seeds as seed_list
+from experiments.reality_gap.paired import counts, over_limit, read_rows
 from experiments.reality_gap.run import check_scenario
-from experiments.reality_gap.truth import OOM_LIMIT, WITHIN, Truth
+from experiments.reality_gap.truth import WITHIN, Truth
 from experiments.scenarios.ground_truth import best_within_limit, feasible
 
 
@@ -83,7 +84,7 @@ def export_counts(rows: list[dict[str, Any]], edge: float) -> dict[str, Any]:
             continue
         side = "at_edge" if gmu >= edge else "below_edge"
         out[side] += 1
-        if _over_limit(r):
+        if over_limit(r):
             out[f"over_limit_{side}"] += 1
             by = out["over_limit_by_scenario"]
             by[r["scenario"]] = by.get(r["scenario"], 0) + 1
@@ -106,26 +107,13 @@ def guard_table(rows: list[dict[str, Any]], edge: float, base: str = "autotune",
         pairs = [(case[k + (base,)], case[k + (guard,)]) for k in keys if k[0] == sc]
         changed = [(a, b) for a, b in pairs if a["exported_flags"] != b["exported_flags"]]
         # Regret against an export over the limit means nothing: it could not be deployed.
-        added = max((b["regret"] - a["regret"] for a, b in changed if not _over_limit(a)), default=0.0)
+        added = max((b["regret"] - a["regret"] for a, b in changed if not over_limit(a)), default=0.0)
         # within_2pct is the truth's own test: within 2 % of its best and within the OOM limit.
-        out.append(f"| {sc} | {len(pairs)} | {_counts(pairs, lambda r: bool(r['within_2pct']))} | "
-                   f"{_counts(pairs, _over_limit)} | "
-                   f"{_counts(pairs, lambda r: (r['exported_flags'] or {}).get(GMU, 0.0) >= edge)} | {len(changed)} | "
+        out.append(f"| {sc} | {len(pairs)} | {counts(pairs, lambda r: bool(r['within_2pct']))} | "
+                   f"{counts(pairs, over_limit)} | "
+                   f"{counts(pairs, lambda r: (r['exported_flags'] or {}).get(GMU, 0.0) >= edge)} | {len(changed)} | "
                    f"{100 * added:+.1f} % |")
     return out
-
-
-def _counts(pairs: list[tuple[dict[str, Any], dict[str, Any]]], f: Any) -> str:
-    """'a / b': the pairs' first and second rows for which ``f`` holds."""
-    return " / ".join(str(sum(1 for p in pairs if f(p[i]))) for i in (0, 1))
-
-
-def _over_limit(r: dict[str, Any]) -> bool:
-    return (r["true_oom_per_1k"] or 0.0) > OOM_LIMIT
-
-
-def _jsonl(paths: list[Path]) -> list[dict[str, Any]]:
-    return [json.loads(line) for p in paths for line in p.read_text().splitlines() if line.strip()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,13 +128,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="pair autotune-edge with autotune on the development cases of these rows files")
     args = ap.parse_args(argv)
     if args.guard:
-        print("\n".join(guard_table(_jsonl(args.guard), args.edge)))
+        print("\n".join(guard_table(read_rows(args.guard), args.edge)))
         return 0
     if args.table:
-        print("\n".join(table(_jsonl(args.table))))
+        print("\n".join(table(read_rows(args.table))))
         return 0
     if args.exports:
-        print(json.dumps(export_counts(_jsonl(args.exports), args.edge)))
+        print(json.dumps(export_counts(read_rows(args.exports), args.edge)))
         return 0
     if not args.scenarios or not args.truth_seeds:
         ap.error("give --scenarios and --truth-seeds, or --table, --exports or --guard")
