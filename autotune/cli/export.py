@@ -20,8 +20,7 @@ from autotune.study.analysis.export_rule import (
     DEFAULT_MAX_OOM_PER_1K,
     SHOWN,
     Ranking,
-    choose_in_space,
-    repeats_under_way,
+    choose_in_records,
 )
 from autotune.study.search import budget_note
 from autotune.study.trials import records
@@ -64,9 +63,7 @@ def export(
     evidence = summarize(recs, space)
     margin = space.export.min_headroom_gib
     rank = Ranking.for_space(space)
-    # A config whose confirmation repeat is running counts as confirmed, as status and MLflow
-    # read it (export_rule.choose_for_export), so an export of a running study names their config.
-    choice = choose_in_space(evidence.configs, space, max_oom_per_1k, repeats_under_way(recs))
+    choice = choose_in_records(recs, space, max_oom_per_1k, evidence)
     if choice is None:
         raise UserError(f"study {st.study_name}: no feasible completed trial to export yet; run more trials")
     c = choice.config

@@ -15,14 +15,13 @@ ALL FIGURES ARE SIMULATED.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from statistics import median
 from typing import Any
 
-from experiments.reality_gap import seeds
+from experiments.reality_gap import report, seeds
 from experiments.reality_gap.evaluation import bootstrap, mean
 from experiments.reality_gap.truth import OOM_LIMIT
 
@@ -46,7 +45,7 @@ def counts(pairs: Sequence[Pair], f: Callable[[Row], bool]) -> str:
 
 
 def read_rows(paths: Sequence[Path]) -> list[Row]:
-    return [json.loads(line) for p in paths for line in p.read_text().splitlines() if line.strip()]
+    return [r for p in paths for r in report.load(p)]
 
 
 def dev_pairs(rows: Sequence[Row], base: str, other: str) -> dict[str, list[Pair]]:

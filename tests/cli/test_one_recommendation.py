@@ -132,27 +132,37 @@ def test_a_12_trial_simulator_study_names_one_recommendation_everywhere(tmp_path
     assert f"# recommended trial: {rec} " in target.read_text()
 
 
+def _one_flag_study(tmp_path, name: str, flag: str, dist, trials, export: dict | None = None):
+    """A run directory holding a noop-backend space searching ``flag`` alone and a study of
+    ``trials``: (p99, flag value, role, repeat_of), each with no OOMs in 1000 requests."""
+    rd = RunDir(tmp_path / "run").ensure()
+    low, high = dist.low, dist.high
+    space = {"version": 1, "engine": {"backend": "noop", "model": "m"},
+             "params": {flag: {"type": "float" if isinstance(dist, FloatDistribution) else "int", "low": low,
+                               "high": high}},
+             "study": {"name": name}, **({"export": export} if export else {})}
+    rd.space_copy.write_text(yaml.safe_dump(space, sort_keys=False))
+    study = optuna.create_study(storage=storage_from_url(rd.optuna_url), study_name=name,
+                                directions=["minimize", "minimize"])
+    for p99, value, role, of in trials:
+        m = {"oom_per_1k": 0.0, "p99_e2e_s": p99, "requests": 1000.0, "requests_oom": 0.0}
+        r = TrialRecord(len(study.trials), State.COMPLETE, role, params={flag: value}, flags={flag: value},
+                        metrics=m, values=[0.0, p99], repeat_of=of)
+        study.add_trial(optuna.trial.create_trial(params=r.params, distributions={flag: dist}, values=r.values,
+                                                  user_attrs=r.user_attrs()))
+    return rd, study
+
+
 def test_with_export_gmu_edge_status_mlflow_and_export_name_the_config_below_the_edge(tmp_path, capsys):
     """`export.gmu_edge` changes the one answer everywhere at once: the edge config's mean is the
     lowest, the config below the edge is within its interval, and all three name the latter. The
     noop backend reports no memory and its model has no memory model, so headroom is unknown:
     the gmu edge is the margin judged."""
-    rd = RunDir(tmp_path / "run").ensure()
-    space = {"version": 1, "engine": {"backend": "noop", "model": "m"},
-             "params": {"gpu_memory_utilization": {"type": "float", "low": 0.85, "high": 0.98}},
-             "study": {"name": "edge"}, "export": {"gmu_edge": 0.95}}
-    rd.space_copy.write_text(yaml.safe_dump(space, sort_keys=False))
-    study = optuna.create_study(storage=storage_from_url(rd.optuna_url), study_name="edge",
-                                directions=["minimize", "minimize"])
-    dist = {"gpu_memory_utilization": FloatDistribution(0.85, 0.98)}
-    for p99, gmu, role, of in ((25.0, 0.96, Role.SEARCH, None), (25.3, 0.93, Role.SEARCH, None),
-                               (25.3, 0.96, Role.CONFIRM, 0), (24.8, 0.96, Role.CONFIRM, 0),
-                               (25.1, 0.93, Role.CONFIRM, 1), (25.5, 0.93, Role.CONFIRM, 1)):
-        m = {"oom_per_1k": 0.0, "p99_e2e_s": p99, "requests": 1000.0, "requests_oom": 0.0}
-        r = TrialRecord(len(study.trials), State.COMPLETE, role, params={"gpu_memory_utilization": gmu},
-                        flags={"gpu_memory_utilization": gmu}, metrics=m, values=[0.0, p99], repeat_of=of)
-        study.add_trial(optuna.trial.create_trial(params=r.params, distributions=dist, values=r.values,
-                                                  user_attrs=r.user_attrs()))
+    rd, _ = _one_flag_study(tmp_path, "edge", "gpu_memory_utilization", FloatDistribution(0.85, 0.98),
+                            ((25.0, 0.96, Role.SEARCH, None), (25.3, 0.93, Role.SEARCH, None),
+                             (25.3, 0.96, Role.CONFIRM, 0), (24.8, 0.96, Role.CONFIRM, 0),
+                             (25.1, 0.93, Role.CONFIRM, 1), (25.5, 0.93, Role.CONFIRM, 1)),
+                            export={"gmu_edge": 0.95})
     code, out, err = run_cli(["status", "--out", str(rd.root), "--json"], capsys)
     assert code == 0, err
     assert json.loads(out)["recommended"]["trial"] == 1
@@ -169,20 +179,9 @@ def test_while_a_repeat_runs_status_and_export_name_the_same_trial(tmp_path, cap
     """While a confirmation repeat of a config runs, the export rule counts that config as
     confirmed (so the answer does not jump to whichever finalist's repeat lands first). status
     and MLflow read it so; `autotune export` of the running study must too."""
-    rd = RunDir(tmp_path / "run").ensure()
-    space = {"version": 1, "engine": {"backend": "noop", "model": "m"},
-             "params": {"max_num_seqs": {"type": "int", "low": 1, "high": 512}}, "study": {"name": "racing"}}
-    rd.space_copy.write_text(yaml.safe_dump(space, sort_keys=False))
-    study = optuna.create_study(storage=storage_from_url(rd.optuna_url), study_name="racing",
-                                directions=["minimize", "minimize"])
-    dist = {"max_num_seqs": IntDistribution(1, 512)}
-    for p99, seqs, role, of in ((24.0, 64, Role.SEARCH, None), (26.0, 128, Role.SEARCH, None),
-                                (26.1, 128, Role.CONFIRM, 1)):
-        m = {"oom_per_1k": 0.0, "p99_e2e_s": p99, "requests": 1000.0, "requests_oom": 0.0}
-        r = TrialRecord(len(study.trials), State.COMPLETE, role, params={"max_num_seqs": seqs},
-                        flags={"max_num_seqs": seqs}, metrics=m, values=[0.0, p99], repeat_of=of)
-        study.add_trial(optuna.trial.create_trial(params=r.params, distributions=dist, values=r.values,
-                                                  user_attrs=r.user_attrs()))
+    rd, study = _one_flag_study(tmp_path, "racing", "max_num_seqs", IntDistribution(1, 512),
+                                ((24.0, 64, Role.SEARCH, None), (26.0, 128, Role.SEARCH, None),
+                                 (26.1, 128, Role.CONFIRM, 1)))
 
     def named() -> tuple[int, str]:
         code, out, err = run_cli(["status", "--out", str(rd.root), "--json"], capsys)

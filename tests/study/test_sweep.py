@@ -17,7 +17,15 @@ from autotune.space import load_space
 from autotune.space.schema import ParamSpec, StrategySection
 from autotune.study.analysis import pooled_log_sd
 from autotune.study.analysis.evidence import config_key
-from autotune.study.search.residual import DEFAULT_RUN_SD, Marginal, ResidualGP, encode, run_log_sd
+from autotune.study.search.residual import (
+    DEFAULT_RUN_SD,
+    SCALES,
+    Marginal,
+    ResidualGP,
+    encode,
+    most_likely,
+    run_log_sd,
+)
 from autotune.study.search.samplers import make_sampler
 from autotune.study.search.screening import ScreeningSampler
 from autotune.study.search.sweep import SweepSampler, candidate_pool, param_values
@@ -175,9 +183,10 @@ def test_the_averaged_gp_keeps_spread_on_a_plane_nothing_measured():
     x[:, :2] = rng.uniform(0, 1, size=(10, 2))
     r = 0.1 + rng.normal(0, 0.03, 10)
     fits = ResidualGP.fit_grid(x, r, [1] * 10, 0.08)
-    best = max(fits, key=lambda f: f.log_likelihood).gp
+    best = most_likely(fits)
     ml = ResidualGP.fit(x, r, [1] * 10, 0.08)
     assert (best.length, best.scale) == (ml.length, ml.scale)
+    assert best.scale == min(SCALES)  # the docstring's premise: agreeing residuals, the smallest scale
     mixed = Marginal.of(fits)
     assert mixed.weights.sum() == pytest.approx(1.0) and len(mixed.parts) == len(fits) > 1
     on, off = np.array([[0.5, 0.5, 0, 0, 0]]), np.array([[0.5, 0.5, 1, 1, 1]])
@@ -192,10 +201,14 @@ def test_the_averaged_gp_keeps_spread_on_a_plane_nothing_measured():
     assert StrategySection().sweep_marginal is False  # off unless a space asks
 
 
-def test_the_sweep_runs_with_the_averaged_gp():
+def test_the_sweep_runs_with_the_averaged_gp(monkeypatch):
+    averaged = []
+    of = Marginal.of
+    monkeypatch.setattr(Marginal, "of", classmethod(lambda cls, fits: averaged.append(len(fits)) or of(fits)))
     sp = small_highconc(warm_start=False, early_stop=False, sweep_marginal=True)
     sampler, study = _sweep_study(sp, Table(sp))
     H.TrialLoop(study, sp, H.SimClockPool(1), target=8, seed=0).run()
+    assert averaged and all(n > 1 for n in averaged)  # the switch reaches the sweep: it averaged the grid
     why = [sampler.decisions[n] for n in sorted(sampler.decisions)]
     assert len(why) == 8 and all(w.startswith("sweep") for w in why)
     assert len({config_key(t.params) for t in study.get_trials(deepcopy=False)}) == 8

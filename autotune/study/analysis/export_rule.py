@@ -240,10 +240,18 @@ def finalists_in_space(configs: Sequence[ConfigEvidence], space: SearchSpace, k:
                      space.export.gmu_edge)
 
 
+def choose_in_records(recs: Sequence[TrialRecord], space: SearchSpace, max_oom_per_1k: float,
+                      evidence: StudyEvidence | None = None) -> Choice | None:
+    """The documented export rule on a study's records (``evidence``: their summary, when the
+    caller has it already). A config whose confirmation repeat is running counts as confirmed,
+    so status, MLflow and `autotune export` of a running study name one config."""
+    configs = (evidence or summarize(recs, space)).configs
+    return choose_in_space(configs, space, max_oom_per_1k, repeats_under_way(recs))
+
+
 def choose_for_export(study: optuna.Study, space: SearchSpace, max_oom_per_1k: float) -> Choice | None:
     """The documented export rule on a stored study, with the space's margin."""
-    recs = records(study.get_trials(deepcopy=False))
-    return choose_in_space(summarize(recs, space).configs, space, max_oom_per_1k, repeats_under_way(recs))
+    return choose_in_records(records(study.get_trials(deepcopy=False)), space, max_oom_per_1k)
 
 
 def recommendation(study: optuna.Study, space: SearchSpace) -> Choice | None:

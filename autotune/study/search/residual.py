@@ -80,7 +80,7 @@ class ResidualGP:
             noise = np.array([run_sd ** 2 / max(k, 0.25) for k in runs])
             return cls(x, r, np.zeros(len(r)), np.eye(len(r)), float(np.mean(r)) if len(r) else 0.0, 1.0, 0.1, run_sd,
                        noise)
-        return max(fits, key=lambda f: f.log_likelihood).gp
+        return most_likely(fits)
 
     @classmethod
     def fit_grid(cls, x: np.ndarray, r: np.ndarray, runs: Sequence[float], run_sd: float) -> list[GridFit]:
@@ -146,6 +146,11 @@ class GridFit:
     gp: ResidualGP
     log_likelihood: float  # with the constant mean at its GLS estimate (picks ResidualGP.fit's GP)
     restricted: float  # with the constant mean integrated out (weighs the grid points in Marginal)
+
+
+def most_likely(fits: Sequence[GridFit]) -> ResidualGP:
+    """The GP of the grid point with the highest log marginal likelihood (the first of ties)."""
+    return max(fits, key=lambda f: f.log_likelihood).gp
 
 
 @dataclass(frozen=True)

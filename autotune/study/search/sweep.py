@@ -40,7 +40,7 @@ from autotune.space.schema import ParamSpec
 from autotune.study.analysis import Ranking, config_key
 from autotune.study.search import strategy
 from autotune.study.search.pruning import StartupPredictor
-from autotune.study.search.residual import GridFit, Marginal, ResidualGP, encode, run_log_sd
+from autotune.study.search.residual import GridFit, Marginal, ResidualGP, encode, most_likely, run_log_sd
 from autotune.study.search.screening import Choice, ConfigModel, WrappingSampler, score
 from autotune.study.trials import Role, TrialRecord, records
 from autotune.study.trials.params import _active, _ordered, check_constraints, suggest_params
@@ -243,7 +243,7 @@ class SweepSampler(WrappingSampler):
         preds = self._predict(version, [m.flags for m in data], recs)
         points = [(math.log(p), m) for p_, m in zip(preds, data, strict=True) if math.isfinite(p := self._main(p_))]
         fits = self._residual_fits(points)
-        gp = max(fits, key=lambda f: f.log_likelihood).gp if fits else None
+        gp = most_likely(fits) if fits else None
         if gp is not None and len(points) >= TRUST_AFTER and self._model_disproved(points, gp):
             return None, "fallback: the model's error is far beyond the run-to-run spread"
         # Candidates: predicted feasible, not pruned, never launched, not running.
