@@ -328,6 +328,11 @@ class StrategySection(_Strict):
     # residuals on one plane then do not claim to know the model's error on planes nothing
     # measured (docs/search.md).
     sweep_marginal: bool = False
+    # Off (0) by default: over the first this share of study.trials, each sampled trial goes to a
+    # categorical plane (the values of the space's bool and categorical flags) no sampled trial has
+    # measured: a diverse top-k of planes instead of the model's favourite plane and its neighbours,
+    # since a model that calls a flag flat (block_size) never ranks its other value first (docs/search.md).
+    sweep_planes: float = Field(default=0.0, ge=0.0, le=1.0)
     _base_profile: SimProfile = PrivateAttr(default=NOMINAL)
 
     @model_validator(mode="after")

@@ -81,6 +81,9 @@ ABLATIONS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # Tried on development truths (README, "A GP averaged over its hyperparameters"): the sweep's GP
     # averaged over its (length, scale) grid, so an unmeasured plane keeps some prior spread.
     "autotune-marginal": ({"sweep_marginal": True}, {}),
+    # Tried on development truths (README, "A diverse top-k of planes"): the first 15 % of the trial budget's
+    # sampled trials each go to a categorical plane no sampled trial has measured.
+    "autotune-planes": ({"sweep_planes": 0.15}, {}),
 }
 # name -> export section changes on top of the shipped space. Tried on the development truths (README,
 # "The median of a config's runs"): the export rule and the race rank configs by the median of their runs.

@@ -82,11 +82,12 @@ class Table:
     """A model written here: the metrics of each config from a formula; ``flip`` predicts the
     opposite ranking (a model that is wrong). Counts its calls."""
 
-    def __init__(self, space, flip: bool = False) -> None:
-        self.space, self.flip, self.calls = space, flip, 0
+    def __init__(self, space, flip: bool = False, plane_gap: float = 0.0) -> None:
+        self.space, self.flip, self.plane_gap, self.calls = space, flip, plane_gap, 0
 
     def value(self, flags: Mapping[str, Any]) -> float:
         s = 20.0 + 10 * abs(math.log2(flags["max_num_seqs"] / 128)) + 5 * (flags["max_num_batched_tokens"] / 8192)
+        s += self.plane_gap * (bool(flags.get("enable_prefix_caching")) + (flags.get("kv_cache_dtype") == "fp8"))
         return 60.0 - s if self.flip else s
 
     def version(self, recs: Sequence[TrialRecord]) -> object:
@@ -279,3 +280,31 @@ def test_the_sweep_reads_an_early_stopped_run_as_a_floor_not_a_value():
     assert stopped.log_mean == pytest.approx(math.log(30.0))
     (both,) = sampler._measured([rec(0, 30.0, True), rec(1, 40.0, False)])
     assert not both.censored and both.log_mean == pytest.approx(math.log(40.0)) and both.weight == 1.0
+
+
+PLANE_GAP = 12.0  # s the written model adds for prefix caching on and for fp8 KV each
+
+
+def _first_planes(sp, n: int) -> tuple[list[tuple[Any, ...]], SweepSampler]:
+    sampler, study = _sweep_study(sp, Table(sp, plane_gap=PLANE_GAP))
+    H.TrialLoop(study, sp, H.SimClockPool(1), target=n, seed=0).run()
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    return [sampler._plane(t.params) for t in trials], sampler
+
+
+def test_the_first_share_of_sampled_trials_goes_to_planes_nothing_measured():
+    """study.strategy.sweep_planes: the model written here ranks the planes with prefix caching and
+    fp8 KV far behind (PLANE_GAP each), so the plain sweep's first six trials stay on fewer than six
+    planes; with the switch the first half of a 12-trial budget lands on six distinct planes (bool
+    and categorical values), the first still the model's best, and the rest of the budget is free
+    to return to a measured plane."""
+    plain_sp = small_highconc(warm_start=False, early_stop=False)
+    sp = small_highconc(warm_start=False, early_stop=False, sweep_planes=0.5)
+    sp = sp.model_copy(update={"study": sp.study.model_copy(update={"trials": 12})})
+    plain, _ = _first_planes(plain_sp, 12)
+    planes, sampler = _first_planes(sp, 12)
+    assert planes[0] == plain[0]  # zero search first, either way
+    assert len(set(planes[:6])) == 6 and len(set(plain[:6])) < 6
+    why = [sampler.decisions[n] for n in sorted(sampler.decisions)]
+    assert all("unmeasured planes" in w for w in why[1:6]) and not any("unmeasured planes" in w for w in why[6:])
+    assert StrategySection().sweep_planes == 0.0  # off unless a space asks

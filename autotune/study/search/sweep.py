@@ -248,8 +248,8 @@ class SweepSampler(WrappingSampler):
             return None, "fallback: the model's error is far beyond the run-to-run spread"
         # Candidates: predicted feasible, not pruned, never launched, not running.
         seen = {m.key for m in measured}
-        running_params = [t.params for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                          if t.params]
+        running_trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if t.params]
+        running_params = [t.params for t in running_trials]
         running = {config_key(self._flags(p)) for p in running_params}
         flags_pool = [self._flags(p) for p in self.pool]
         pool_preds = self._predict(version, flags_pool, recs)
@@ -266,6 +266,9 @@ class SweepSampler(WrappingSampler):
                 continue
             cands.append((params, math.log(main)))
         cands, local = self._trust_region(cands, data, len(points))
+        sampled = [r.flags for r in recs if r.role == Role.SEARCH and r.launched and r.flags]
+        sampled += [self._flags(t.params) for t in running_trials if not t.system_attrs.get("fixed_params")]
+        cands, planes = self._unmeasured_planes(cands, sampled)
         if not cands:
             return None, "fallback: no candidate left in the pool"
         x = np.array([encode(self.space, p) for p, _ in cands])
@@ -281,7 +284,7 @@ class SweepSampler(WrappingSampler):
         sign = -1.0 if self.rank.maximize else 1.0
         bound = sign * (base + mu) - KAPPA * sd  # lower is better, optimistic
         best = int(np.argmin(bound))
-        where = f" within {LOCAL_FLAGS} flags of the leader" if local else ""
+        where = f" within {LOCAL_FLAGS} flags of the leader" if local else " on unmeasured planes" if planes else ""
         return as_choice(self.space, cands[best][0]), f"sweep: {len(cands)} candidates{where}, {len(points)} measured"
 
     def _trust_region(self, cands: list[tuple[dict[str, Any], float]], data: Sequence[Measured],
@@ -298,6 +301,24 @@ class SweepSampler(WrappingSampler):
         leader = min(full, key=lambda m: sign * m.log_mean).flags
         near = [c for c in cands if sum(v != leader.get(n) for n, v in c[0].items()) <= LOCAL_FLAGS]
         return (near, True) if near else (cands, False)
+
+    def _unmeasured_planes(self, cands: list[tuple[dict[str, Any], float]],
+                           sampled: Sequence[Mapping[str, Any]]) -> tuple[list[tuple[dict[str, Any], float]], bool]:
+        """The candidates on categorical planes no sampled trial has measured or is running,
+        while fewer than ``sweep_planes`` of the trial budget were sampled (and any are left);
+        else all. The first sampled trial is still the model's own best: no plane is measured
+        yet. The baseline and the references do not count: they are comparison points, not the
+        model's choices."""
+        share = self.space.study.strategy.sweep_planes
+        if not share or len(sampled) >= share * self.space.study.trials:
+            return cands, False
+        seen = {self._plane(f) for f in sampled}
+        fresh = [c for c in cands if self._plane(c[0]) not in seen]
+        return (fresh, True) if fresh else (cands, False)
+
+    def _plane(self, flags: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The values of the space's bool and categorical flags: the config's plane."""
+        return tuple(flags.get(n) for n, p in self.space.params.items() if p.type in ("bool", "categorical"))
 
     def _residual_fits(self, points: Sequence[tuple[float, Measured]]) -> list[GridFit]:
         """The GP of log(measured) - log(predicted) over the measured configs at each point of
