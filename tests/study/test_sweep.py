@@ -29,7 +29,7 @@ from autotune.study.search.residual import (
 from autotune.study.search.samplers import make_sampler
 from autotune.study.search.screening import ScreeningSampler
 from autotune.study.search.sweep import SweepSampler, candidate_pool, param_values
-from autotune.study.trials.record import State, TrialRecord
+from autotune.study.trials.record import Role, State, TrialRecord, enqueue_attrs
 from experiments.scenarios.ground_truth import space_path
 from experiments.search import harness as H
 
@@ -308,3 +308,21 @@ def test_the_first_share_of_sampled_trials_goes_to_planes_nothing_measured():
     why = [sampler.decisions[n] for n in sorted(sampler.decisions)]
     assert all("unmeasured planes" in w for w in why[1:6]) and not any("unmeasured planes" in w for w in why[6:])
     assert StrategySection().sweep_planes == 0.0  # off unless a space asks
+
+
+def test_a_reference_on_the_models_favourite_plane_does_not_count_as_a_measured_plane():
+    """study.strategy.sweep_planes counts the planes of sampled trials only: a reference is a
+    comparison point, not the model's choice. Here one measured on the model's favourite plane
+    (a neighbour of its best config) still leaves the first sampled trial to the model's best,
+    and the second goes to another plane."""
+    sp = small_highconc(warm_start=False, early_stop=False, sweep_planes=0.5)
+    sp = sp.model_copy(update={"study": sp.study.model_copy(update={"trials": 8})})
+    model = Table(sp, plane_gap=PLANE_GAP)
+    sampler, study = _sweep_study(sp, model)
+    best = min(sampler.pool, key=lambda p: model.value({**sp.fixed_flags(), **p}))
+    neighbour = next(p for p in sampler.pool if sampler._plane(p) == sampler._plane(best) and p != best)
+    study.enqueue_trial(neighbour, user_attrs=enqueue_attrs(Role.REFERENCE, "same-plane"))
+    H.TrialLoop(study, sp, H.SimClockPool(1), target=3, seed=0).run()
+    ref, first, second = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    assert ref.params == neighbour and first.params == best
+    assert sampler._plane(second.params) != sampler._plane(best)
