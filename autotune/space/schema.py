@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -532,3 +533,10 @@ class SearchSpace(_Strict):
 
     def fixed_flags(self) -> dict[str, Any]:
         return dict(self.engine.flags)
+
+    def plane(self, flags: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The values of the space's bool and categorical flags in ``flags``: the config's
+        plane, where a model is most often wrong in kind rather than degree (None for a flag
+        ``flags`` lacks). The sweep's diverse top-k and the reality gap's refinement both
+        group configs by it."""
+        return tuple(flags.get(n) for n, p in self.params.items() if p.type in ("bool", "categorical"))

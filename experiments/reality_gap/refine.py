@@ -116,12 +116,11 @@ def starts(truth: Truth) -> list[dict[str, Any]]:
     """The grid's best feasible config of each combination of the categorical and bool flags (a
     "plane"), the ``STARTS`` best of them: diverse starts, since the truth's best may lie in
     another plane than the grid's best, with other numbers too."""
-    planes = [n for n, p in truth.space.params.items() if p.type in ("bool", "categorical")]
     best: dict[tuple, dict[str, Any]] = {}
     for r in truth.grid.rows:
         if not feasible(r, truth.main):
             continue
-        k = tuple(r[n] for n in planes)
+        k = truth.space.plane(r)
         if k not in best or better(r, best[k], truth.main, truth.maximize):
             best[k] = r
     return sorted(best.values(), key=lambda r: float(r[truth.main]), reverse=truth.maximize)[:STARTS]

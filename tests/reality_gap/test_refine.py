@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from autotune.space.schema import SearchSpace
 from experiments.reality_gap import refine, rescore
 from experiments.reality_gap.truth import TRUTHS, Truth
 from tests.reality_gap import test_baselines
@@ -72,8 +73,9 @@ def test_starts_are_the_best_feasible_config_of_each_plane_best_first():
         {"x": 0.98, "d": "auto", "started": False, "oom_per_1k": 1000.0, MAIN: float("nan")},
     ]
     params = {"x": SimpleNamespace(type="float"), "d": SimpleNamespace(type="categorical")}
-    fake = SimpleNamespace(space=SimpleNamespace(params=params), grid=SimpleNamespace(rows=rows), main=MAIN,
-                           maximize=False)
+    space = SimpleNamespace(params=params)
+    space.plane = lambda flags: SearchSpace.plane(space, flags)  # the space's own rule, on these params
+    fake = SimpleNamespace(space=space, grid=SimpleNamespace(rows=rows), main=MAIN, maximize=False)
     assert [(r["x"], r["d"]) for r in refine.starts(fake)] == [(0.95, "auto"), (0.9, "fp8")]
 
 

@@ -289,7 +289,7 @@ def _first_planes(sp, n: int) -> tuple[list[tuple[Any, ...]], SweepSampler]:
     sampler, study = _sweep_study(sp, Table(sp, plane_gap=PLANE_GAP))
     H.TrialLoop(study, sp, H.SimClockPool(1), target=n, seed=0).run()
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
-    return [sampler._plane(t.params) for t in trials], sampler
+    return [sp.plane(t.params) for t in trials], sampler
 
 
 def test_the_first_share_of_sampled_trials_goes_to_planes_nothing_measured():
@@ -320,9 +320,9 @@ def test_a_reference_on_the_models_favourite_plane_does_not_count_as_a_measured_
     model = Table(sp, plane_gap=PLANE_GAP)
     sampler, study = _sweep_study(sp, model)
     best = min(sampler.pool, key=lambda p: model.value({**sp.fixed_flags(), **p}))
-    neighbour = next(p for p in sampler.pool if sampler._plane(p) == sampler._plane(best) and p != best)
+    neighbour = next(p for p in sampler.pool if sp.plane(p) == sp.plane(best) and p != best)
     study.enqueue_trial(neighbour, user_attrs=enqueue_attrs(Role.REFERENCE, "same-plane"))
     H.TrialLoop(study, sp, H.SimClockPool(1), target=3, seed=0).run()
     ref, first, second = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
     assert ref.params == neighbour and first.params == best
-    assert sampler._plane(second.params) != sampler._plane(best)
+    assert sp.plane(second.params) != sp.plane(best)

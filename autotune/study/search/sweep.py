@@ -312,13 +312,9 @@ class SweepSampler(WrappingSampler):
         share = self.space.study.strategy.sweep_planes
         if not share or len(sampled) >= share * self.space.study.trials:
             return cands, False
-        seen = {self._plane(f) for f in sampled}
-        fresh = [c for c in cands if self._plane(c[0]) not in seen]
+        seen = {self.space.plane(f) for f in sampled}
+        fresh = [c for c in cands if self.space.plane(c[0]) not in seen]
         return (fresh, True) if fresh else (cands, False)
-
-    def _plane(self, flags: Mapping[str, Any]) -> tuple[Any, ...]:
-        """The values of the space's bool and categorical flags: the config's plane."""
-        return tuple(flags.get(n) for n, p in self.space.params.items() if p.type in ("bool", "categorical"))
 
     def _residual_fits(self, points: Sequence[tuple[float, Measured]]) -> list[GridFit]:
         """The GP of log(measured) - log(predicted) over the measured configs at each point of
