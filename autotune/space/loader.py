@@ -124,14 +124,25 @@ def _read_text(path: Path) -> str:
         raise UserError(f"{path}: line {line}, column {column}: not UTF-8 text; save the file as UTF-8") from None
 
 
+def _where(e: yaml.YAMLError, text: str) -> str:
+    """': line L, column C' of a YAML error, or '' where it has no place. A parser error
+    carries a mark; a reader error (a control character, a NUL) only its offset in the text."""
+    mark = getattr(e, "problem_mark", None)
+    if mark is not None:
+        return f": line {mark.line + 1}, column {mark.column + 1}"
+    position = getattr(e, "position", None)
+    if isinstance(position, int):
+        line = text.count("\n", 0, position) + 1
+        return f": line {line}, column {position - (text.rfind(chr(10), 0, position) + 1) + 1}"
+    return ""
+
+
 def _parse_yaml(path: Path, text: str) -> Any:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = _QUOTED.sub("'...'", getattr(e, "problem", None) or (str(e).splitlines() or [type(e).__name__])[0])
-        raise UserError(f"{path}:{where}: malformed YAML: {problem}") from None
+        raise UserError(f"{path}{_where(e, text)}: malformed YAML: {problem}") from None
     except RecursionError:
         raise UserError(f"{path}: malformed YAML: nested too deeply") from None
     except (ValueError, OverflowError):  # a scalar YAML types but Python cannot hold (a 5000-digit int, 2024-13-45)

@@ -61,6 +61,8 @@ SIM = {"engine": {"backend": "sim", "model": "Qwen/Qwen2.5-7B-Instruct", "gpu": 
 CASES = [
     Case("malformed-yaml", "malformed YAML", "version: 1\nengine: {backend: noop\n  model: [x\n"),
     Case("tab-indented-yaml", "malformed YAML", "version: 1\nengine:\n\tbackend: noop\n"),
+    # A reader error (a control character) has an offset, not a mark: it is placed by line, not "path::"
+    Case("nul-byte-in-yaml", "space.yaml: line 2, column 9: malformed YAML", "version: 1\nengine: \x00\n"),
     Case("top-level-list", "expected a mapping at the top level", "- version: 1\n"),
     Case("empty-file", "expected a mapping at the top level", ""),
     Case("missing-version", "version: required", _drop("version")),
