@@ -162,7 +162,9 @@ def oom_stage(train: Sequence[TrialRecord]) -> StageResult:
     """Not fitted. A study sees a runtime OOM as a few all-or-nothing engine deaths in a few
     of its configs (most configs never come near the cliff, and the search moves away from
     those that do), while the hazard has three constants of its own plus the CUDA context
-    that sets the physical headroom: counts that sparse cannot separate them."""
+    that sets the physical headroom: counts that sparse cannot separate them. (What they can pin
+    down is the hazard's combined shape near the deaths: export.oom_model refits that, for its
+    predictions only, in :mod:`autotune.calibrate.hazard`.)"""
     served = [r for r in train if obs.started(r)]
     hit = [r for r in served if (r.metrics.get("requests_oom") or 0) > 0]
     return StageResult("oom", (), OOM_CONSTANTS, len(served),

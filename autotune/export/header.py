@@ -31,6 +31,8 @@ def evidence_lines(choice: Choice, study: StudyEvidence, max_oom_per_1k: float, 
         lines.append(f"{metric}: {_fmt(i.mean, metric)} ({what}; 95 % interval {_fmt(i.low, metric)} to "
                      f"{_fmt(i.high, metric)}{_spread(study, metric)})")
     lines.append(oom_line(c, max_oom_per_1k, choice.tier == SHOWN))
+    if (predicted := predicted_oom_line(c, max_oom_per_1k)) is not None:
+        lines.append(predicted)
     if (deaths := engine_death_line(c)) is not None:
         lines.append(deaths)
     h = c.headroom
@@ -80,6 +82,17 @@ def engine_death_line(c: ConfigEvidence) -> str | None:
             f"engine death is at most {100 * o.death_chance_upper:.0f} % (a death fails every request in flight at "
             "once, so the OOM bound above, which counts requests as independent, is optimistic when OOMs come "
             "from deaths; more runs narrow this, e.g. study.confirm.repeats)")
+
+
+def predicted_oom_line(c: ConfigEvidence, limit: float) -> str | None:
+    """The OOM rate the hazard refitted to the study's engine deaths predicts (export.oom_model);
+    None when nothing was predicted."""
+    p = c.oom.predicted_per_1k
+    if math.isnan(p):
+        return None
+    side = "over" if p > limit else "within"
+    return (f"predicted oom_per_1k: {p:.2g}, {side} the limit of {limit:g} (the runtime-OOM hazard refitted to the "
+            "engine deaths this study saw; a model's estimate, not a measurement)")
 
 
 def _requests(c: ConfigEvidence) -> str:

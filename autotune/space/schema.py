@@ -415,6 +415,11 @@ class ExportSection(_Strict):
     # profile does not see (NCCL and CUDA-graph pools, fragmentation that grows with uptime); at
     # the edge an engine can die in one run of five, which three clean runs miss half the time.
     gmu_edge: float | None = Field(default=None, gt=0, le=1)
+    # Rank a config the study's own engine deaths predict over the OOM limit after those they do
+    # not (off by default): the runtime-OOM hazard refitted to the deaths the study saw nearer the
+    # memory edge (autotune.calibrate.hazard), for configs whose few clean runs cannot show
+    # the limit. Needs a space the simulator models; without a death in the study it changes nothing.
+    oom_model: bool = False
 
 
 class ClusterSpec(_Strict):

@@ -89,8 +89,11 @@ ABLATIONS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 # "The median of a config's runs"): the export rule and the race rank configs by the median of their runs.
 # "autotune-edge" (README, "An edge guard"): a config at gpu_memory_utilization >= 0.95 lacks the export's
 # margin, as one short of min_headroom_gib does, so a config below it within the interval is exported instead.
+# "autotune-hazard" (README, "A hazard refitted to the study's deaths"): a config the runtime-OOM hazard refitted
+# to the study's engine deaths predicts over the OOM limit ranks after those it does not.
 EXPORT_VARIANTS: dict[str, dict[str, Any]] = {"autotune-median": {"center": "median"},
-                                              "autotune-edge": {"gmu_edge": 0.95}}
+                                              "autotune-edge": {"gmu_edge": 0.95},
+                                              "autotune-hazard": {"oom_model": True}}
 BASELINES = ("random", "tpe", "grid", "tpe-confirm", "sim-best", "auto-tune-sh")
 # tpe-confirm with the same part on (README, "Leader repeats"); not a baseline a user tries first.
 LEADER_BASELINE = "tpe-confirm-leader"

@@ -8,7 +8,8 @@ left out (their figures are estimates), as are trials that never launched.
 For each config: the mean and 95 % interval of every reported metric over its runs
 (:mod:`autotune.study.analysis.stats`; the relative run-to-run spread pooled over the study's
 configs measured more than once), OOMs counted over all its requests with an exact upper
-bound, and its memory headroom (:mod:`autotune.study.analysis.headroom`). Status, the export rule,
+bound, and its memory headroom (:mod:`autotune.study.analysis.headroom`); with export.oom_model,
+the OOM rate the study's engine deaths predict (:mod:`autotune.calibrate.hazard`). Status, the export rule,
 the choice of finalists and the export header all read these, for every backend.
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,10 @@ class OomEvidence:
     # count overstates what clean requests show; runs are the independent unit.
     runs: int
     runs_with_death: int | None
+    # The rate the runtime-OOM hazard refitted to the study's engine deaths predicts
+    # (:mod:`autotune.calibrate.hazard`; export.oom_model). NaN: not asked for, the simulator
+    # does not model the config, or the study saw no death to fit to.
+    predicted_per_1k: float = math.nan
 
     @property
     def upper_per_1k(self) -> float:
@@ -114,6 +119,7 @@ class ConfigEvidence:
             "oom_per_1k_upper95": _clean(self.oom.upper_per_1k),
             "runs_with_engine_death": self.oom.runs_with_death,
             "engine_death_chance_upper95": _clean(self.oom.death_chance_upper),
+            "oom_per_1k_predicted": _clean(self.oom.predicted_per_1k),
             "metrics": {k: {"mean": _clean(i.mean), "ci95": [_clean(i.low), _clean(i.high)] if i.known else None}
                         for k, i in self.intervals.items()},
             "headroom_gib": _clean(self.headroom.gib),
@@ -153,11 +159,12 @@ def summarize(records: Iterable[TrialRecord], space: SearchSpace) -> StudyEviden
     # The spread is pooled over usable configs only: a crash loop's latency is not a config's noise.
     spread = {m: stats.pooled_relative_sd([_values(g, m) for g, ok in zip(groups, usable, strict=True) if ok])
               for m in metrics}
+    predicted = _predicted_ooms(groups, space)
     configs = []
-    for g, ok in zip(groups, usable, strict=True):
+    for g, ok, p in zip(groups, usable, predicted, strict=True):
         intervals = {m: stats.mean_interval(_values(g, m), *spread[m], center=space.export.center)
                      for m in metrics if _values(g, m)}
-        configs.append(ConfigEvidence(dict(g[0].flags), tuple(g), ok, _ooms(g), intervals,
+        configs.append(ConfigEvidence(dict(g[0].flags), tuple(g), ok, _ooms(g, p), intervals,
                                       headroom(g[0].flags, [r.metrics for r in g], space),
                                       space.export.center))
     return StudyEvidence(configs, spread)
@@ -167,7 +174,28 @@ def _values(runs: Sequence[TrialRecord], metric: str) -> list[float]:
     return [v for r in runs if not math.isnan(v := r.metrics.get(metric, math.nan))]
 
 
-def _ooms(runs: Sequence[TrialRecord]) -> OomEvidence:
+# What predicts each config's OOM rate from a study's engine deaths (export.oom_model): the
+# simulator's runtime-OOM hazard refitted to them, a model of the deployment this layer does not
+# own (autotune.calibrate.hazard.predicted_ooms), so it is handed in rather than imported;
+# autotune.calibrate hands it in when it is imported, as every command and the assembler do.
+OomModel = Callable[[Sequence[Sequence[TrialRecord]], SearchSpace], list[float]]
+_oom_model: OomModel | None = None
+
+
+def use_oom_model(model: OomModel) -> None:
+    global _oom_model
+    _oom_model = model
+
+
+def _predicted_ooms(groups: Sequence[Sequence[TrialRecord]], space: SearchSpace) -> list[float]:
+    if not space.export.oom_model:
+        return [math.nan] * len(groups)
+    if _oom_model is None:
+        raise RuntimeError("export.oom_model is on but no OOM model was handed in: import autotune.calibrate first")
+    return _oom_model(groups, space)
+
+
+def _ooms(runs: Sequence[TrialRecord], predicted: float = math.nan) -> OomEvidence:
     """OOMs and requests summed over the runs. A run recorded without its counts leaves only
     the rates: nothing can be shown from them, the mean rate is still the best estimate."""
     deaths = _runs_with_death(runs)
@@ -176,9 +204,10 @@ def _ooms(runs: Sequence[TrialRecord]) -> OomEvidence:
         n, k = r.metrics.get("requests", math.nan), r.metrics.get("requests_oom", math.nan)
         if math.isnan(n) or math.isnan(k):
             rates = _values(runs, OOM_METRIC)
-            return OomEvidence(0, 0, sum(rates) / len(rates) if rates else math.nan, len(runs), deaths)
+            return OomEvidence(0, 0, sum(rates) / len(rates) if rates else math.nan, len(runs), deaths, predicted)
         events, requests = events + int(k), requests + int(n)
-    return OomEvidence(events, requests, 1000.0 * events / requests if requests else math.nan, len(runs), deaths)
+    return OomEvidence(events, requests, 1000.0 * events / requests if requests else math.nan, len(runs), deaths,
+                       predicted)
 
 
 def _runs_with_death(runs: Sequence[TrialRecord]) -> int | None:

@@ -5,7 +5,9 @@
 2. OOMs: the configs whose OOM rate is *shown* to be within the limit (exact one-sided 95 %
    upper bound over all their requests) come first; if there is none, those whose measured
    rate is within it (and the export says what is not shown, and how many more requests
-   would show it); if there is none either, the lowest measured rate.
+   would show it); with ``export.oom_model``, a config the hazard refitted to the study's engine
+   deaths predicts over the limit (:mod:`autotune.calibrate.hazard`) comes after both; if
+   there is none either, the lowest measured rate.
 3. Confirmed first: when configs among those were measured again by confirmation runs,
    only they compete. The others lost to them on the search's single measurements already,
    and the best of many single measurements is the luckiest as much as the best (the
@@ -44,14 +46,16 @@ GMU = "gpu_memory_utilization"
 # The OOM limit confirmation chooses its finalists for: `autotune export`'s default.
 DEFAULT_MAX_OOM_PER_1K = 1.0
 
-SHOWN, MEASURED, OVER = 0, 1, 2  # OOM tiers: within the limit with 95 % confidence, as measured, over it
+# OOM tiers: within the limit with 95 % confidence; as measured; as measured but predicted over it by
+# the hazard refitted to the study's engine deaths (export.oom_model); over it as measured.
+SHOWN, MEASURED, PREDICTED_OVER, OVER = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
 class Choice:
     config: ConfigEvidence
     rule: str  # what picked it, in words
-    tier: int  # SHOWN, MEASURED or OVER (of the OOM limit)
+    tier: int  # SHOWN, MEASURED, PREDICTED_OVER or OVER (of the OOM limit)
     notes: list[str] = field(default_factory=list)  # what the data does not support, and why this one anyway
 
     @property
@@ -109,9 +113,11 @@ P99 = Ranking()
 
 
 def tier(c: ConfigEvidence, limit: float) -> int:
-    if c.oom.shown_within(limit):
-        return SHOWN
-    return MEASURED if c.oom.rate_per_1k <= limit else OVER
+    if c.oom.rate_per_1k > limit:
+        return OVER
+    if c.oom.predicted_per_1k > limit:  # NaN (export.oom_model off, nothing to fit) compares False
+        return PREDICTED_OVER
+    return SHOWN if c.oom.shown_within(limit) else MEASURED
 
 
 def _order(c: ConfigEvidence, t: int, rank: Ranking) -> tuple[float, float, int]:
@@ -144,6 +150,8 @@ def choose(configs: Sequence[ConfigEvidence], max_oom_per_1k: float, min_headroo
         SHOWN: f"{rank.words} among {among} shown (95 %) to have oom_per_1k <= {lim}",
         MEASURED: f"{rank.words} among {among} measured with oom_per_1k <= {lim} "
                   "(none is shown within it with 95 % confidence)",
+        PREDICTED_OVER: f"{rank.words} among {among} measured with oom_per_1k <= {lim}; every one is predicted "
+                        f"over it by the hazard refitted to the study's engine deaths",
         OVER: f"no config has oom_per_1k <= {lim}: lowest oom_per_1k",
     }[best_tier]
     notes: list[str] = []
@@ -158,7 +166,23 @@ def choose(configs: Sequence[ConfigEvidence], max_oom_per_1k: float, min_headroo
         else:
             notes.append(f"this config {short}, and no config with the margin is within its 95 % interval of "
                          f"{rank.metric}")
+    notes += _passed_for_predicted_ooms(usable, chosen, max_oom_per_1k, rank)
     return Choice(chosen, rule, best_tier, notes)
+
+
+def _passed_for_predicted_ooms(usable: Sequence[ConfigEvidence], chosen: ConfigEvidence, limit: float,
+                               rank: Ranking) -> list[str]:
+    """A note naming the configs that ranked ahead of ``chosen`` and were passed over only because
+    the refitted hazard predicts them over the OOM limit (none without export.oom_model)."""
+    passed = [c for c in usable if tier(c, limit) == PREDICTED_OVER and rank.cost(c) < rank.cost(chosen)]
+    if not passed or tier(chosen, limit) == PREDICTED_OVER:
+        return []
+    trials = ", ".join(str(c.first.number) for c in passed[:5]) + (", ..." if len(passed) > 5 else "")
+    low, high = min(c.oom.predicted_per_1k for c in passed), max(c.oom.predicted_per_1k for c in passed)
+    rates = f"{low:.1f}" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}-{high:.1f}"
+    return [f"trials {trials} ranked ahead on {rank.metric} but were passed over: the runtime-OOM hazard refitted to "
+            f"the study's engine deaths predicts {rates} OOMs per 1000 for them, over the "
+            f"limit of {limit:g}, where their own runs saw none (export.oom_model)"]
 
 
 def _short_of_margin(c: ConfigEvidence, min_headroom_gib: float, gmu_edge: float | None) -> str:

@@ -1,0 +1,115 @@
+"""The runtime-OOM hazard refitted to a study's engine deaths (autotune.calibrate.hazard) and
+``export.oom_model``, which ranks a config it predicts over the OOM limit after those it does not.
+Studies are hand-made on the flagship space (figures made up; the trajectories are the model's)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from autotune.calibrate import hazard
+from autotune.deploy import NOMINAL
+from autotune.export.header import predicted_oom_line
+from autotune.study.analysis.evidence import summarize
+from autotune.study.analysis.export_rule import PREDICTED_OVER, choose_for_export, finalists
+from autotune.study.trials.record import records
+from tests.conftest import with_setting
+from tests.study.test_export_evidence import SPACE, _add, _study
+
+SIGMA0 = NOMINAL.frag_sigma
+ON = SPACE.model_validate(with_setting(SPACE.model_dump(), "export.oom_model", True))
+
+
+def _flat(margin_gib: float, ratio: float, steps: int = 2000) -> hazard.Trajectory:
+    """A trajectory of one draw: ``steps`` steps at log margin ratio ``ratio``."""
+    return hazard.Trajectory(np.array([ratio]), np.array([float(steps)]), margin_gib)
+
+
+def test_the_death_chance_grows_with_unknown_memory_and_its_scale():
+    t = _flat(2.0, 6.0)
+    model = hazard.death_chance(t, 0.0, 1.0, SIGMA0)
+    assert 0.0 <= model < hazard.death_chance(t, 0.5, 1.0, SIGMA0) < hazard.death_chance(t, 1.0, 1.0, SIGMA0)
+    assert model < hazard.death_chance(t, 0.0, 4.0, SIGMA0)
+    assert hazard.death_chance(t, 2.0, 1.0, SIGMA0) == 1.0  # the unknown memory takes the whole margin
+    assert hazard.death_chance(hazard.Trajectory(np.array([]), np.array([]), 2.0), 1.0, 8.0, 1.0) == 0.0
+
+
+def test_the_fit_puts_the_risk_where_the_deaths_were():
+    tight, middle, loose = _flat(1.0, 5.0), _flat(2.0, 6.0), _flat(4.0, 8.0)
+    seen = [hazard.Observed(tight, 3, 2), hazard.Observed(middle, 3, 0), hazard.Observed(loose, 3, 0)]
+    f = hazard.fit(seen, 16.0, SIGMA0)
+    assert f is not None and (f.deaths, f.runs) == (2, 9)
+
+    def loglik(d: float, a: float, s: float) -> float:
+        ps = [min(max(hazard.death_chance(o.trajectory, d, a, s), 1e-9), 1 - 1e-9) for o in seen]
+        return sum(o.deaths * math.log(p) + (o.runs - o.deaths) * math.log1p(-p) for o, p in zip(seen, ps, strict=True))
+
+    assert loglik(f.shift_gib, f.scale, f.spread) >= loglik(0.0, 1.0, SIGMA0)  # at least as likely as the model's
+    p = [f.death_chance(t) for t in (tight, middle, loose)]
+    assert p[0] > 0.3 and p[0] > p[1] >= p[2]
+    assert hazard.death_chance(tight, 0.0, 1.0, SIGMA0) < 0.01  # the model alone would not have said so
+    assert f.oom_per_1k(tight) == pytest.approx(16.0 * p[0])
+
+
+def test_no_death_no_fit():
+    assert hazard.fit([hazard.Observed(_flat(1.5, 5.5), 3, 0)], 16.0, SIGMA0) is None
+
+
+def _run(study, gmu: float, kv: str, p99: float, died: bool = False) -> int:
+    return _add(study, (gmu, kv), p99, ooms=16 if died else 0, extra={"crashes": 1.0 if died else 0.0})
+
+
+def _twin_study():
+    """0.97 auto died in one run of three; its twin at the same memory margin, 0.97 fp8, ran three
+    times clean and is the fastest; 0.93 fp8, far from the edge, is clean and slower."""
+    study = _study()
+    for died in (False, True, False):
+        _run(study, 0.97, "auto", 31.0, died)
+    twin = [_run(study, 0.97, "fp8", p) for p in (29.0, 29.4, 28.8)][0]
+    safe = [_run(study, 0.93, "fp8", p) for p in (30.0, 30.3, 29.9)][0]
+    return study, twin, safe
+
+
+def test_export_oom_model_passes_over_a_clean_config_whose_twin_died():
+    study, twin, safe = _twin_study()
+    off = choose_for_export(study, SPACE, 1.0)
+    assert off.trial.number == twin and math.isnan(off.config.oom.predicted_per_1k)  # the default: off
+    choice = choose_for_export(study, ON, 1.0)
+    assert choice is not None and choice.trial.number == safe and choice.tier < PREDICTED_OVER
+    evidence = {c.first.number: c for c in summarize(records(study.trials), ON).configs}
+    assert evidence[twin].oom.predicted_per_1k > 1.0 > evidence[safe].oom.predicted_per_1k
+    assert any(f"trials {twin} ranked ahead" in n and "export.oom_model" in n for n in choice.notes)
+    assert "predicted oom_per_1k" in (predicted_oom_line(choice.config, 1.0) or "")
+    # the race measures what the rule would pick: the safe config first
+    assert finalists(list(evidence.values()), 1)[0].first.number == safe
+
+
+def test_export_oom_model_when_every_clean_config_is_predicted_over():
+    study = _study()
+    for died in (False, True, False):
+        _run(study, 0.97, "auto", 31.0, died)
+    twin = [_run(study, 0.97, "fp8", p) for p in (29.0, 29.4, 28.8)][0]
+    choice = choose_for_export(study, ON, 1.0)
+    assert choice.trial.number == twin and choice.tier == PREDICTED_OVER and "predicted over it" in choice.rule
+
+
+def test_export_oom_model_without_a_death_changes_nothing():
+    study = _study()
+    best = [_run(study, 0.97, "fp8", p) for p in (29.0, 29.4, 28.8)][0]
+    [_run(study, 0.93, "fp8", p) for p in (30.0, 30.3, 29.9)]
+    choice = choose_for_export(study, ON, 1.0)
+    assert choice.trial.number == best and math.isnan(choice.config.oom.predicted_per_1k) and not choice.notes
+
+
+def test_the_fits_grid_scores_each_point_as_death_chance_does():
+    """The fit scores the grid in one pass per config; each point must be :func:`hazard.death_chance`."""
+    t = hazard.trajectory(ON, {**ON.fixed_flags(), "gpu_memory_utilization": 0.98, "kv_cache_dtype": "fp8"})
+    assert t is not None and 0 < len(t.steps) < 2000  # binned: a few hundred draws, not the run's thousands
+    spreads = np.array(hazard.SPREADS) * SIGMA0
+    grid = hazard._chance_grid(t, spreads)
+    for i, d in enumerate(hazard.SHIFTS_GIB):
+        for j in (0, len(hazard.SCALES) // 2, len(hazard.SCALES) - 1):
+            for k, s in enumerate(spreads):
+                assert grid[i, j, k] == pytest.approx(hazard.death_chance(t, d, hazard.SCALES[j], s), abs=1e-12)
