@@ -12,7 +12,10 @@ from autotune.security import one_line
 # Importing mlflow writes telemetry unless told not to; no command of ours wants that.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
+# Every command ranks configs by the same rule, export.oom_model's predictions included: importing
+# autotune.calibrate hands the evidence its OOM model (the study layer may not import the simulator).
 # Command modules: importing one registers its command on ``app``.
+import autotune.calibrate  # noqa: E402,F401
 from autotune.cli import calibrate, export, metrics, run, simulate, status, ui  # noqa: E402,F401
 
 

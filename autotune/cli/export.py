@@ -11,7 +11,7 @@ import typer
 from autotune.cli.app import app
 from autotune.cli.common import find_run_dir, open_study, saved_space
 from autotune.errors import UserError
-from autotune.export.header import evidence_lines, oom_line, ranked_summary
+from autotune.export.header import evidence_lines, oom_line, predicted_oom_line, ranked_summary
 from autotune.export.k8s import VLLM_IMAGE, k8s_manifests
 from autotune.export.vllm_config import header, serve_command, write_atomic, write_config
 from autotune.space.loader import parse_space
@@ -87,6 +87,8 @@ def export(
     typer.echo(f"trial {choice.trial.number}: {choice.rule}")
     typer.echo(f"  {ranked_summary(c, rank.metric)}")
     typer.echo(f"  {oom_line(c, max_oom_per_1k, choice.tier == SHOWN)}")
+    if (predicted := predicted_oom_line(c, max_oom_per_1k)) is not None:
+        typer.echo(f"  {predicted}")
     for note in choice.notes:
         typer.echo(f"  note: {note}")
     if budget:

@@ -113,3 +113,14 @@ def test_the_fits_grid_scores_each_point_as_death_chance_does():
         for j in (0, len(hazard.SCALES) // 2, len(hazard.SCALES) - 1):
             for k, s in enumerate(spreads):
                 assert grid[i, j, k] == pytest.approx(hazard.death_chance(t, d, hazard.SCALES[j], s), abs=1e-12)
+
+
+def test_every_command_has_the_oom_model(tmp_path):
+    """`autotune status` and `autotune export` rank with export.oom_model's predictions as the run did:
+    the command line hands the evidence its OOM model whichever command imports it (a fresh process)."""
+    import subprocess
+    import sys
+
+    code = ("import autotune.cli\nfrom autotune.study.analysis import evidence\n"
+            "from autotune.calibrate import predicted_ooms\nassert evidence._oom_model is predicted_ooms\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path, timeout=120)
