@@ -42,6 +42,9 @@ from autotune.sim.trial import simulate_trial
 from autotune.space import SearchSpace
 from autotune.study.trials import TrialRecord
 
+# The fit's grid, wide enough for what a real deployment differs by and coarse enough to fit in
+# ~0.1 s: a CUDA context, NCCL or cuBLAS buffers up to 2 GiB per GPU the model does not count (or 1 GiB
+# it counts too many); fragmentation from an eighth to 32 times the model's; its spread halved to doubled.
 SHIFTS_GIB = (-1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0, 1.5, 2.0)
 SCALES = tuple(float(a) for a in np.exp(np.linspace(math.log(1 / 8), math.log(32), 21)))
 SPREADS = (0.5, 0.7, 1.0, 1.4, 2.0)  # times the model's frag_sigma

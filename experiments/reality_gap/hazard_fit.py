@@ -94,7 +94,7 @@ def _flag_edge(c: Mapping[str, Any]) -> bool:
 
 
 def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    out = ["| scenario | cases | candidates (clean runs only) | over the limit | flagged by the fitted hazard (over / within) "
+    out = ["| scenario | studies | candidates (clean runs only) | over the limit | flagged by the fitted hazard (over / within) "
            "| flagged by the edge (over / within) | exports over the limit | of them flagged by the fit | "
            "exports within it flagged by the fit |", "|---" * 9 + "|"]
     for name in sorted({r["scenario"] for r in rows}):

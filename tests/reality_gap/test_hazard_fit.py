@@ -17,4 +17,4 @@ def test_the_table_counts_flags_against_the_truth():
         return {"oom_fit": oom_fit, "gmu": gmu, "true_oom_per_1k": true_oom, "exported": exported}
     rows = [{"scenario": "s", "candidates": [cand(3.0, 0.96, 2.0, True), cand(0.2, 0.96, 5.0), cand(2.0, 0.9, 0.0),
                                              cand(0.1, 0.9, 0.0, True)]}]
-    assert H.table(rows)[2] == "| s | 1 | 4 | 2 | 1 / 1 | 2 / 0 | 1 | 1 | 0 of 1 |"
+    assert H.table(rows)[0].startswith("| scenario | studies |") and H.table(rows)[2] == "| s | 1 | 4 | 2 | 1 / 1 | 2 / 0 | 1 | 1 | 0 of 1 |"
