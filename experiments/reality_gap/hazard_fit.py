@@ -44,6 +44,7 @@ from autotune.study.analysis import config_key
 from autotune.study.analysis.evidence import full_runs
 from experiments.reality_gap import score as S
 from experiments.reality_gap import seeds
+from experiments.reality_gap.bench import seeds as seed_list
 from experiments.reality_gap.run import run_strategy
 from experiments.reality_gap.truth import Truth
 from experiments.scenarios import ground_truth as gt
@@ -110,11 +111,6 @@ def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def _seeds(text: str) -> list[int]:
-    lo, _, hi = text.partition("-")
-    return list(range(int(lo), int(hi or lo) + 1))
-
-
 def _run(args: tuple[str, int, int]) -> dict[str, Any]:
     return case(*args)
 
@@ -122,8 +118,8 @@ def _run(args: tuple[str, int, int]) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenarios", nargs="+", default=[])
-    ap.add_argument("--truth-seeds", default="0")
-    ap.add_argument("--study-seeds", default="0")
+    ap.add_argument("--truth-seeds", type=seed_list, default=[0], help="development seeds: '0-9' or '0,2'")
+    ap.add_argument("--study-seeds", type=seed_list, default=[0])
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--table", nargs="+", type=Path, help="rows files to summarise (no study runs)")
@@ -133,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows = [json.loads(line) for f in a.table for line in f.read_text().splitlines() if line.strip()]
             print("\n".join(table(rows)))
             return 0
-        truths = _seeds(a.truth_seeds)
+        truths = a.truth_seeds
         for t in truths:
             if (problem := seeds.dev_only_problem("--truth-seeds", t)) is not None:
                 raise UserError(problem)
@@ -141,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if a.out and a.out.exists():
             done = {(r["scenario"], r["truth_seed"], r["study_seed"])
                     for r in map(json.loads, a.out.read_text().splitlines()) if r}
-        todo = [(sc, t, s) for sc in a.scenarios for t in truths for s in _seeds(a.study_seeds)
+        todo = [(sc, t, s) for sc in a.scenarios for t in truths for s in a.study_seeds
                 if (Truth.load(sc, t).name, t, s) not in done]
         with ProcessPoolExecutor(max_workers=a.jobs) as pool:
             for row in pool.map(_run, todo):
