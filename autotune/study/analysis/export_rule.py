@@ -113,11 +113,14 @@ P99 = Ranking()
 
 
 def tier(c: ConfigEvidence, limit: float) -> int:
-    if c.oom.rate_per_1k > limit:
+    if c.oom.shown_within(limit):
+        measured = SHOWN
+    elif c.oom.rate_per_1k <= limit:
+        measured = MEASURED
+    else:  # over the limit, or no rate at all (NaN)
         return OVER
-    if c.oom.predicted_per_1k > limit:  # NaN (export.oom_model off, nothing to fit) compares False
-        return PREDICTED_OVER
-    return SHOWN if c.oom.shown_within(limit) else MEASURED
+    # A NaN prediction (export.oom_model off, no death to fit, an unmodelled config) compares False.
+    return PREDICTED_OVER if c.oom.predicted_per_1k > limit else measured
 
 
 def _order(c: ConfigEvidence, t: int, rank: Ranking) -> tuple[float, float, int]:
