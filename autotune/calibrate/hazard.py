@@ -18,8 +18,8 @@ the study's runs with one death), is the config's predicted OOM rate. It exists 
 simulator models the space and the study saw at least one death: with none, the data say nothing
 the model did not (``math.nan``). The three numbers are not identified each (a shift and a scale
 trade against each other); their prediction near the deaths is what is used. Why a refit and not
-the model's own constants: on the reality-gap benchmark's development truths the model's hazard
-gave every config over the limit a death chance under 2 %, the refitted one flagged 6 of 7
+the model's own constants: on the reality-gap benchmark's development truths, of 11 clean-run
+candidates over the limit the model's hazard flagged 1 by this rule, the refitted one 7
 (experiments/reality_gap/README.md, "A hazard refitted to the study's deaths").
 """
 
