@@ -1,13 +1,15 @@
-"""Two strategies paired on the development cases both ran: what a variant changes.
+"""Two strategies paired on the cases both ran: what a variant changes.
 
-``python -m experiments.reality_gap.paired --base autotune --other autotune-marginal ROWS...``
+``python -m experiments.reality_gap.paired --base autotune --other autotune-marginal [--kind eval] ROWS...``
 
-Reads the bench's rows files, keeps the development truth seeds (seeds.py; evaluation rows are
-never read here) and, per scenario then pooled, prints a Markdown table: the cases both ran,
+Reads the bench's rows files, keeps the development truth seeds (seeds.py) unless ``--kind eval``
+is given and, per scenario then pooled, prints a Markdown table: the cases both ran,
 each strategy's cases within 2 % and the OOM limit (the truth's own test, ``within_2pct``),
 the paired difference of that rate with its 95 % bootstrap interval, the exports over the
 true OOM limit, the median regret (an export over the limit counted as 100 %: it could not
-be deployed) and how many exports differ. The evaluation report (evaluation.py) pairs autotune
+be deployed) and how many exports differ. ``--kind eval`` is for reporting a variant once the
+decision on it was made on development rows (README: the evaluation reading comes after, and
+is not used to tune it). The evaluation report (evaluation.py) pairs autotune
 with the baselines; this pairs any two strategies, for variants tried before they are adopted.
 ALL FIGURES ARE SIMULATED.
 """
@@ -48,11 +50,11 @@ def read_rows(paths: Sequence[Path]) -> list[Row]:
     return [r for p in paths for r in report.load(p)]
 
 
-def dev_pairs(rows: Sequence[Row], base: str, other: str) -> dict[str, list[Pair]]:
-    """Scenario -> the (base, other) rows of each development case both strategies ran. A case
-    run twice (two files) keeps its last row."""
+def case_pairs(rows: Sequence[Row], base: str, other: str, kind: str = "dev") -> dict[str, list[Pair]]:
+    """Scenario -> the (base, other) rows of each case of truth-seed ``kind`` ('dev' or 'eval',
+    seeds.kind) both strategies ran. A case run twice (two files) keeps its last row."""
     case = {(r["scenario"], r["truth_seed"], r["study_seed"], r["strategy"]): r for r in rows
-            if r.get("strategy") in (base, other) and r["truth_seed"] in seeds.DEV_TRUTH_SEEDS}
+            if r.get("strategy") in (base, other) and seeds.kind(r["truth_seed"]) == kind}
     keys = sorted({k[:3] for k in case if k[:3] + (base,) in case and k[:3] + (other,) in case})
     out: dict[str, list[Pair]] = {}
     for k in keys:
@@ -71,8 +73,8 @@ def _line(name: str, pairs: Sequence[Pair]) -> str:
             f"{changed} |")
 
 
-def table(rows: Sequence[Row], base: str, other: str) -> list[str]:
-    by = dev_pairs(rows, base, other)
+def table(rows: Sequence[Row], base: str, other: str, kind: str = "dev") -> list[str]:
+    by = case_pairs(rows, base, other, kind)
     out = [f"| scenario | cases | within 2 % and the limit ({base} / {other}) | difference [95 % CI] | "
            "over the OOM limit | median regret (over the limit = 100 %) | exports changed |",
            "|---|---|---|---|---|---|---|"]
@@ -87,14 +89,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("rows", nargs="+", type=Path, help="the bench's rows files")
     ap.add_argument("--base", default="autotune")
     ap.add_argument("--other", required=True, help="the variant, e.g. autotune-marginal")
+    ap.add_argument("--kind", choices=("dev", "eval"), default="dev",
+                    help="truth seeds to pair on (eval: only to report a variant already decided on)")
     args = ap.parse_args(argv)
     missing = [str(p) for p in args.rows if not p.is_file()]
     if missing:
         print(f"rows file not found: {', '.join(missing)}; give the bench's --out files", file=sys.stderr)
         return 2
-    lines = table(read_rows(args.rows), args.base, args.other)
+    lines = table(read_rows(args.rows), args.base, args.other, args.kind)
     if len(lines) == 2:
-        print(f"no development case has rows of both {args.base} and {args.other}", file=sys.stderr)
+        which = "development" if args.kind == "dev" else "evaluation"
+        print(f"no {which} case has rows of both {args.base} and {args.other}", file=sys.stderr)
         return 2
     print("\n".join(lines))
     return 0

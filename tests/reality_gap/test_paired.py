@@ -1,4 +1,4 @@
-"""paired.py: two strategies paired on development cases only; its counts are the rows' own."""
+"""paired.py: two strategies paired on development cases (evaluation ones only when asked); its counts are the rows' own."""
 
 from __future__ import annotations
 
@@ -17,18 +17,24 @@ def _row(strategy: str, study_seed: int, regret: float, oom: float = 0.0, truth_
 ROWS = [_row("autotune", 0, 0.05), _row("v", 0, 0.01, seqs=128),  # the variant gains this case
         _row("autotune", 1, 0.0, oom=3.0), _row("v", 1, 0.0, oom=3.0),  # both over the limit: 100 % regret
         _row("autotune", 2, 0.01), _row("v", 2, 0.01),  # the same export
-        _row("autotune", 0, 0.5, truth_seed=1000), _row("v", 0, 0.0, truth_seed=1000),  # evaluation: never read
+        _row("autotune", 0, 0.5, truth_seed=1000), _row("v", 0, 0.0, truth_seed=1000),  # evaluation: only with kind="eval"
         _row("tpe", 0, 0.0), _row("v", 3, 0.0)]  # another strategy; a case only one of them ran
 
 
 def test_it_pairs_development_cases_both_ran_and_counts_from_the_rows():
-    pairs = P.dev_pairs(ROWS, "autotune", "v")
+    pairs = P.case_pairs(ROWS, "autotune", "v")
     assert list(pairs) == ["s"] and len(pairs["s"]) == 3
     line = P.table(ROWS, "autotune", "v")[2]
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[:3] == ["s", "3", "1 / 2"]
     assert cells[3].startswith("+33 % [")  # one case gained of three
     assert cells[4] == "1 / 1" and cells[5] == "5.0 % / 1.0 %" and cells[6] == "1"
+
+
+def test_evaluation_cases_are_paired_only_when_asked():
+    pairs = P.case_pairs(ROWS, "autotune", "v", kind="eval")
+    assert list(pairs) == ["s"] and [(a["truth_seed"], b["regret"]) for a, b in pairs["s"]] == [(1000, 0.0)]
+    assert P.table(ROWS, "autotune", "v", "eval")[2].split("|")[3].strip() == "0 / 1"
 
 
 def test_several_scenarios_get_a_pooled_line():
@@ -48,3 +54,5 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert "no development case has rows of both autotune and w" in capsys.readouterr().err
     assert P.main(["--other", "v", str(f)]) == 0
     assert "| s | 3 | 1 / 2 |" in capsys.readouterr().out
+    assert P.main(["--other", "v", "--kind", "eval", str(f)]) == 0
+    assert "| s | 1 | 0 / 1 |" in capsys.readouterr().out
