@@ -3,7 +3,7 @@
     runs/<study>/
       optuna.db        Optuna storage (default; any SQLAlchemy URL may replace it)
       mlflow.db        MLflow tracking store (default)
-      space.yaml       the space the study was created with
+      space.yaml       the space of the latest run (secrets masked; status and export read it)
       trials/<n>/      flags.yaml, requests.csv, result.json; server.log, gpu_timeline.json and
                        metrics_snapshots.json when the backend produced them (study/loop/trial_files.py)
       plots/           pareto.png, history.png

@@ -26,6 +26,7 @@ from autotune.backend_kinds import is_simulated, needs_gpus
 from autotune.calibrate import screen_wrapper
 from autotune.calibrate.screen import unaided_note
 from autotune.errors import UserError, no_space_error
+from autotune.files import write_atomic
 from autotune.rundir import RunDir
 from autotune.security import mask_env, mask_url, secret_values
 from autotune.space import SearchSpace, space_fingerprint
@@ -151,8 +152,9 @@ def _run_locked(space: SearchSpace, space_path: Path, opts: RunOptions, name: st
     storage = storage_from_url(storage_url)
     sampler = make_sampler(space.study.sampler, space, seed, wrap=screen_wrapper)
     opened = open_study(space, name, storage, sampler, target=target)
-    if opened.first_open:
-        run_dir.space_copy.write_text(yaml.safe_dump(_masked_space(space, space_path), sort_keys=False))
+    # Every run rewrites the copy: a resume may change what the fingerprint leaves free (export,
+    # confirmation, trials), and status and export read the copy while MLflow is told this space.
+    write_atomic(run_dir.space_copy, yaml.safe_dump(_masked_space(space, space_path), sort_keys=False))
     note = budget_note(space, target)  # said at the start (here and by `run`), in status and the export header
     unaided = unaided_note(space)  # said at the start: the sweep and the screen are off, and why
     g, c = space.cluster.gpus_per_worker, space.cluster.cpus_per_worker

@@ -13,7 +13,8 @@ from autotune.cli.common import find_run_dir, open_study, saved_space
 from autotune.errors import UserError
 from autotune.export.header import evidence_lines, oom_line, predicted_oom_line, ranked_summary
 from autotune.export.k8s import VLLM_IMAGE, k8s_manifests
-from autotune.export.vllm_config import header, serve_command, write_atomic, write_config
+from autotune.export.vllm_config import header, serve_command, write_config
+from autotune.files import write_atomic
 from autotune.space.loader import parse_space
 from autotune.study.analysis import SHOWN_METRICS, summarize
 from autotune.study.analysis.export_rule import (

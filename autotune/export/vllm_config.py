@@ -8,12 +8,8 @@ boolean is written as ``no-<flag>: true``, which becomes ``--no-<flag>``.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import errno
-import os
 import shlex
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +18,7 @@ import yaml
 
 from autotune.backend_kinds import is_simulated
 from autotune.engine.flags import flags_to_cli_args
+from autotune.files import write_atomic
 from autotune.metrics import display
 
 # Flags that only make sense inside a trial (the benchmark's server), not in deployment.
@@ -63,31 +60,6 @@ def header(study: str, trial: int, backend: str, metrics: dict[str, float], rule
 
 def write_config(path: Path, model: str, flags: dict[str, Any], head: str) -> str:
     return write_atomic(path, head + yaml.safe_dump(config_dict(model, flags), sort_keys=False))
-
-
-def write_atomic(path: Path, text: str) -> str:
-    """Write ``text`` to ``path`` through a temporary file: never a half-written config, and
-    on any failure (a read-only directory, ``path`` a directory, a full disk) no temporary
-    file left behind and ``path`` as it was. Raises the OSError."""
-    if path.is_dir():
-        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:  # a file where a directory of the path should be
-        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path.parent)) from None
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would surprise whoever deploys the file
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return text
 
 
 def serve_command(model: str, flags: dict[str, Any]) -> str:

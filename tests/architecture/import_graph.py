@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2] / "autotune"
 THIRD_PARTY = ("optuna", "ray", "mlflow")
 # The neutral layer: facts and records every other package may use. They import only each other.
 NEUTRAL = frozenset({"errors", "security", "formatting", "results", "early_stop", "engine", "workload", "rundir",
-                     "backend_kinds", "metrics"})
+                     "backend_kinds", "metrics", "files"})
 
 
 def unit_of(path: Path, root: Path = ROOT) -> str:
