@@ -101,6 +101,7 @@ def write_plots(study: optuna.Study, space: SearchSpace, run_dir: RunDir) -> lis
 # figures stand on.
 RECOMMENDED_TAG = "autotune.recommended_trial"
 RECOMMENDED_RULE_TAG = "autotune.recommended_rule"
+PREDICTED_OOM_METRIC = "oom_per_1k_predicted"  # as `status --json` names it
 EVIDENCE_TAG = "evidence"  # on a trial run: "single run", or "mean of 3 runs (trials 2, 5, 6)"
 
 
@@ -113,7 +114,9 @@ def recommendation_tags(study: optuna.Study, space: SearchSpace) -> tuple[dict[s
     `autotune status` marks and `autotune export` writes. The trial standing for a config
     measured more than once gets its mean and 95 % interval as metrics (``mean.<metric>``,
     ``ci95_low.<metric>``, ``ci95_high.<metric>``; its own run's figures stay as they are),
-    and every trial run an ``evidence`` tag that says whether its figures are one run's.
+    and every trial run an ``evidence`` tag that says whether its figures are one run's. With
+    ``export.oom_model`` the trial standing for a config also gets the refitted hazard's
+    predicted OOM rate (``oom_per_1k_predicted``), the figure the rule ranked it by.
     """
     choice = recommendation(study, space)
     recommended = choice.trial.number if choice else None
@@ -134,6 +137,8 @@ def recommendation_tags(study: optuna.Study, space: SearchSpace) -> tuple[dict[s
                     m[f"ci95_low.{name}"], m[f"ci95_high.{name}"] = i.low, i.high
             m[f"mean.{OOM_METRIC}"] = c.oom.rate_per_1k
             metrics[c.first.number] = m
+        if not math.isnan(c.oom.predicted_per_1k):  # export.oom_model: what status --json and the header show
+            metrics.setdefault(c.first.number, {})[PREDICTED_OOM_METRIC] = c.oom.predicted_per_1k
     for r in records(study.get_trials(deepcopy=False)):
         per_trial.setdefault(r.number, {"recommended": "false", EVIDENCE_TAG: _other_evidence(r)})
     if recommended is not None:

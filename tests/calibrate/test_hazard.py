@@ -124,3 +124,19 @@ def test_every_command_has_the_oom_model(tmp_path):
     code = ("import autotune.cli\nfrom autotune.study.analysis import evidence\n"
             "from autotune.calibrate import predicted_ooms\nassert evidence._oom_model is predicted_ooms\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path, timeout=120)
+
+
+def test_mlflow_gets_the_prediction_the_rule_ranked_by():
+    """MLflow's trial runs carry ``oom_per_1k_predicted`` (status --json's key) only with the switch on,
+    the same figure status and the export header show."""
+    from autotune.tracking.report import PREDICTED_OOM_METRIC, RECOMMENDED_TAG, recommendation_tags
+
+    study, twin, safe = _twin_study()
+    exp, _, metrics = recommendation_tags(study, ON)
+    assert exp[RECOMMENDED_TAG] == str(safe)
+    evidence = {c.first.number: c for c in summarize(records(study.trials), ON).configs}
+    for n in (twin, safe):
+        assert metrics[n][PREDICTED_OOM_METRIC] == evidence[n].oom.predicted_per_1k
+    assert metrics[twin][PREDICTED_OOM_METRIC] > 1.0 > metrics[safe][PREDICTED_OOM_METRIC]
+    _, _, off = recommendation_tags(study, SPACE)
+    assert not any(PREDICTED_OOM_METRIC in m for m in off.values())
