@@ -82,16 +82,22 @@ def death_chance(t: Trajectory, shift_gib: float, scale: float, spread: float) -
     """One run's chance of an engine death under the hazard with these three numbers."""
     if not len(t.log_margin):
         return 0.0
+    if not _margin_left(t, shift_gib):
+        return 1.0
     r = t.log_margin
     if shift_gib:
-        if not t.margin_gib > shift_gib:
-            return 1.0
         r = r + math.log1p(-shift_gib / t.margin_gib)
     with np.errstate(invalid="ignore"):
         p = np.nan_to_num(ndtr(-(r - math.log(scale)) / spread), nan=0.0)
     if np.any(p >= 1.0):
         return 1.0
     return float(-np.expm1(np.sum(t.steps * np.log1p(-p))))
+
+
+def _margin_left(t: Trajectory, shift_gib: float) -> bool:
+    """Whether any memory is left for a step's unaccounted use once ``shift_gib`` more is taken. No
+    margin at all (the model's every step then has p = 1) is certain death whatever the shift."""
+    return t.margin_gib > max(shift_gib, 0.0)
 
 
 def trajectory(space: SearchSpace, flags: Mapping[str, Any]) -> Trajectory | None:
@@ -129,6 +135,8 @@ def _simulate(space: SearchSpace, flags: Mapping[str, Any], profile: SimProfile)
     # Q^-1(p) times the model's spread: +inf where p underflowed to 0, -inf where it is 1.
     z = np.where(p <= 0, np.inf, np.where(p >= 1, -np.inf, -ndtri(np.clip(p, 1e-300, 1.0))))
     margin = float((res.extra or {}).get("mem_gib", {}).get("headroom", math.nan)) - profile.lazy_buffers_gib
+    if math.isnan(margin):  # no memory report: nothing to shift against
+        return None
     return _binned(z * profile.frag_sigma, np.array([float(d[1]) for d in draws]), margin, profile.frag_sigma)
 
 
@@ -184,8 +192,8 @@ def _chance_grid(t: Trajectory, spreads: np.ndarray) -> np.ndarray:
         return np.zeros_like(out)
     log_scales = np.log(np.array(SCALES))[:, None]
     for i, d in enumerate(SHIFTS_GIB):
-        if d and not t.margin_gib > d:
-            continue  # the unknown memory takes the whole margin: certain death
+        if not _margin_left(t, d):
+            continue  # the unknown memory takes the whole margin (or there is none): certain death
         r = t.log_margin + (math.log1p(-d / t.margin_gib) if d else 0.0)
         for k, s in enumerate(spreads):
             with np.errstate(invalid="ignore"):
@@ -207,9 +215,10 @@ def study_fit(groups: Sequence[Sequence[TrialRecord]], space: SearchSpace) -> Ha
         died = [r for r in runs if r.metrics["crashes"] > 0]
         observed.append(Observed(t, len(runs), len(died)))
         # A death fails the requests in flight; a run that died again and again (a crash loop
-        # that ends the run) fails the rest too, so one death's toll is read from single deaths.
-        lost += [(r.metrics["crashes"], 1000.0 * r.metrics.get("requests_oom", 0.0) / r.metrics["requests"])
-                 for r in died]
+        # that ends the run) fails the rest too, so one death's toll is read from single deaths
+        # (a run that did not count its failed requests tells nothing of the toll).
+        lost += [(r.metrics["crashes"], 1000.0 * r.metrics["requests_oom"] / r.metrics["requests"])
+                 for r in died if not math.isnan(r.metrics.get("requests_oom", math.nan))]
     if not lost:
         return None
     single = [v for n, v in lost if n == 1]

@@ -19,7 +19,6 @@ from autotune.space.loader import parse_space
 from autotune.study.analysis import SHOWN_METRICS, summarize
 from autotune.study.analysis.export_rule import (
     DEFAULT_MAX_OOM_PER_1K,
-    SHOWN,
     Ranking,
     choose_in_records,
 )
@@ -87,7 +86,7 @@ def export(
         raise UserError(f"{option}{path}: cannot write the config ({e.strerror}); give a writable file path") from None
     typer.echo(f"trial {choice.trial.number}: {choice.rule}")
     typer.echo(f"  {ranked_summary(c, rank.metric)}")
-    typer.echo(f"  {oom_line(c, max_oom_per_1k, choice.tier == SHOWN)}")
+    typer.echo(f"  {oom_line(c, max_oom_per_1k)}")
     if (predicted := predicted_oom_line(c, max_oom_per_1k)) is not None:
         typer.echo(f"  {predicted}")
     for note in choice.notes:

@@ -13,7 +13,7 @@ import math
 
 from autotune.metrics import display
 from autotune.study.analysis import ConfigEvidence, StudyEvidence
-from autotune.study.analysis.export_rule import DEFAULT_MAX_OOM_PER_1K, LATENCY, SHOWN, Choice
+from autotune.study.analysis.export_rule import DEFAULT_MAX_OOM_PER_1K, LATENCY, Choice
 
 
 def evidence_lines(choice: Choice, study: StudyEvidence, max_oom_per_1k: float, min_headroom_gib: float) -> list[str]:
@@ -30,7 +30,7 @@ def evidence_lines(choice: Choice, study: StudyEvidence, max_oom_per_1k: float, 
         what = f"{c.center_word} of the runs" if c.n > 1 else "one run"
         lines.append(f"{metric}: {_fmt(i.mean, metric)} ({what}; 95 % interval {_fmt(i.low, metric)} to "
                      f"{_fmt(i.high, metric)}{_spread(study, metric)})")
-    lines.append(oom_line(c, max_oom_per_1k, choice.tier == SHOWN))
+    lines.append(oom_line(c, max_oom_per_1k))
     if (predicted := predicted_oom_line(c, max_oom_per_1k)) is not None:
         lines.append(predicted)
     if (deaths := engine_death_line(c)) is not None:
@@ -53,9 +53,11 @@ def recommended_line(choice: Choice, max_oom_per_1k: float) -> str:
             f"(`autotune status`, MLflow) uses the default limit of {DEFAULT_MAX_OOM_PER_1K:g}")
 
 
-def oom_line(c: ConfigEvidence, limit: float, shown: bool) -> str:
-    """What the OOM count shows about ``limit``; how many more requests when it shows nothing."""
+def oom_line(c: ConfigEvidence, limit: float) -> str:
+    """What the OOM count shows about ``limit``; how many more requests when it shows nothing. The
+    config's own runs only: a prediction (export.oom_model) has a line of its own."""
     o = c.oom
+    shown = o.shown_within(limit)
     if not o.requests:
         return (f"oom_per_1k: {o.rate_per_1k:g} measured; the runs did not record their request counts, so nothing "
                 f"is shown about the limit of {limit:g}")

@@ -116,7 +116,8 @@ def recommendation_tags(study: optuna.Study, space: SearchSpace) -> tuple[dict[s
     ``ci95_low.<metric>``, ``ci95_high.<metric>``; its own run's figures stay as they are),
     and every trial run an ``evidence`` tag that says whether its figures are one run's. With
     ``export.oom_model`` the trial standing for a config also gets the refitted hazard's
-    predicted OOM rate (``oom_per_1k_predicted``), the figure the rule ranked it by.
+    predicted OOM rate (``oom_per_1k_predicted``): one over the limit ranks the config after
+    those not so predicted.
     """
     choice = recommendation(study, space)
     recommended = choice.trial.number if choice else None

@@ -140,3 +140,55 @@ def test_mlflow_gets_the_prediction_the_rule_ranked_by():
     assert metrics[twin][PREDICTED_OOM_METRIC] > 1.0 > metrics[safe][PREDICTED_OOM_METRIC]
     _, _, off = recommendation_tags(study, SPACE)
     assert not any(PREDICTED_OOM_METRIC in m for m in off.values())
+
+
+def test_no_margin_at_all_is_certain_death_at_every_shift():
+    """A config that starts with no memory left for unaccounted use (margin 0 or below: the model's every
+    step has p = 1) dies for sure whatever the fit's shift; it must not divide by the margin."""
+    for margin in (0.0, -0.05):
+        t = hazard.Trajectory(np.array([-np.inf]), np.array([100.0]), margin)
+        assert all(hazard.death_chance(t, d, 1.0, SIGMA0) == 1.0 for d in hazard.SHIFTS_GIB)
+        assert np.all(hazard._chance_grid(t, np.array(hazard.SPREADS) * SIGMA0) == 1.0)
+
+
+def test_the_oom_line_reads_the_configs_own_runs_when_it_is_predicted_over():
+    """The twin's 3000 clean requests show the limit of 1 per 1000 by themselves; the prediction
+    has its own line, so the OOM line may not say it is not shown (nor ask for negative requests)."""
+    from autotune.export.header import oom_line
+
+    study = _study()
+    for died in (False, True, False):
+        _run(study, 0.97, "auto", 31.0, died)
+    twin = [_run(study, 0.97, "fp8", p) for p in (29.0, 29.4, 28.8)][0]
+    choice = choose_for_export(study, ON, 1.0)
+    assert choice.trial.number == twin and choice.config.oom.shown_within(1.0)
+    line = oom_line(choice.config, 1.0)
+    assert line.endswith("within the limit of 1") and "NOT" not in line
+    assert "those shown within it with 95 % confidence are predicted over it" not in choice.rule  # tier's own rule
+
+
+def test_the_passed_over_note_names_only_configs_that_would_have_competed():
+    """Only confirmed configs compete when some are: a faster single run predicted over the limit
+    was not passed over because of the prediction, so the note may not name it."""
+    study, twin, safe = _twin_study()
+    single = _run(study, 0.975, "fp8", 28.0)
+    evidence = {c.first.number: c for c in summarize(records(study.trials), ON).configs}
+    assert evidence[single].oom.predicted_per_1k > 1.0  # it is predicted over, as the twin is
+    choice = choose_for_export(study, ON, 1.0)
+    assert choice.trial.number == safe
+    (note,) = [n for n in choice.notes if "export.oom_model" in n]
+    assert f"trials {twin} ranked ahead" in note and str(single) not in note.split("ranked ahead")[0]
+
+
+def test_the_measured_tiers_rule_says_why_a_shown_config_lost():
+    """The safe config's 2000 requests do not show the limit; the twin's 3000 do, but it is predicted
+    over: the rule may not say that no config is shown within the limit."""
+    study = _study()
+    for died in (False, True, False):
+        _run(study, 0.97, "auto", 31.0, died)
+    [_run(study, 0.97, "fp8", p) for p in (29.0, 29.4, 28.8)]
+    safe = [_run(study, 0.93, "fp8", p) for p in (30.0, 30.3)][0]
+    choice = choose_for_export(study, ON, 1.0)
+    assert choice.trial.number == safe and not choice.config.oom.shown_within(1.0)
+    assert "those shown within it with 95 % confidence are predicted over it" in choice.rule
+    assert "none is shown" not in choice.rule

@@ -82,7 +82,7 @@ def test_a_limit_not_shown_by_the_requests_says_how_many_more_would_show_it():
     (c,) = ev.configs
     assert c.oom.upper_per_1k == pytest.approx(2.991, abs=1e-3)
     assert not c.oom.shown_within(1.0) and c.oom.requests_to_show(1.0) == 2995
-    line = oom_line(c, 1.0, shown=False)
+    line = oom_line(c, 1.0)
     assert "NOT shown within the limit of 1" in line and "1995 more requests" in line
     # The looser limit of 5 per 1000 is shown by the same 1000 requests.
     assert choose(ev.configs, 5.0, 1.0).tier == SHOWN

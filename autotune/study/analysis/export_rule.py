@@ -32,7 +32,7 @@ without step 3's preference), names the finalists confirmation measures again (:
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import optuna
@@ -112,15 +112,19 @@ class Ranking:
 P99 = Ranking()
 
 
-def tier(c: ConfigEvidence, limit: float) -> int:
+def measured_tier(c: ConfigEvidence, limit: float) -> int:
+    """SHOWN, MEASURED or OVER: what the config's own runs say about the OOM limit."""
     if c.oom.shown_within(limit):
-        measured = SHOWN
-    elif c.oom.rate_per_1k <= limit:
-        measured = MEASURED
-    else:  # over the limit, or no rate at all (NaN)
-        return OVER
+        return SHOWN
+    if c.oom.rate_per_1k <= limit:
+        return MEASURED
+    return OVER  # over the limit, or no rate at all (NaN)
+
+
+def tier(c: ConfigEvidence, limit: float) -> int:
+    measured = measured_tier(c, limit)
     # A NaN prediction (export.oom_model off, no death to fit, an unmodelled config) compares False.
-    return PREDICTED_OVER if c.oom.predicted_per_1k > limit else measured
+    return PREDICTED_OVER if measured != OVER and c.oom.predicted_per_1k > limit else measured
 
 
 def _order(c: ConfigEvidence, t: int, rank: Ranking) -> tuple[float, float, int]:
@@ -152,7 +156,10 @@ def choose(configs: Sequence[ConfigEvidence], max_oom_per_1k: float, min_headroo
     rule = {
         SHOWN: f"{rank.words} among {among} shown (95 %) to have oom_per_1k <= {lim}",
         MEASURED: f"{rank.words} among {among} measured with oom_per_1k <= {lim} "
-                  "(none is shown within it with 95 % confidence)",
+                  + ("(those shown within it with 95 % confidence are predicted over it by the hazard refitted "
+                     "to the study's engine deaths)" if any(measured_tier(c, max_oom_per_1k) == SHOWN
+                                                            for c in usable)
+                     else "(none is shown within it with 95 % confidence)"),
         PREDICTED_OVER: f"{rank.words} among {among} measured with oom_per_1k <= {lim}; every one is predicted "
                         f"over it by the hazard refitted to the study's engine deaths",
         OVER: f"no config has oom_per_1k <= {lim}: lowest oom_per_1k",
@@ -169,23 +176,30 @@ def choose(configs: Sequence[ConfigEvidence], max_oom_per_1k: float, min_headroo
         else:
             notes.append(f"this config {short}, and no config with the margin is within its 95 % interval of "
                          f"{rank.metric}")
-    notes += _passed_for_predicted_ooms(usable, chosen, max_oom_per_1k, rank)
+    contender = is_confirmed if confirmed else (lambda c: True)
+    notes += _passed_for_predicted_ooms(usable, chosen, max_oom_per_1k, rank, contender)
     return Choice(chosen, rule, best_tier, notes)
 
 
 def _passed_for_predicted_ooms(usable: Sequence[ConfigEvidence], chosen: ConfigEvidence, limit: float,
-                               rank: Ranking) -> list[str]:
-    """A note naming the configs that ranked ahead of ``chosen`` and were passed over only because
-    the refitted hazard predicts them over the OOM limit (none without export.oom_model)."""
-    passed = [c for c in usable if tier(c, limit) == PREDICTED_OVER and rank.cost(c) < rank.cost(chosen)]
-    if not passed or tier(chosen, limit) == PREDICTED_OVER:
+                               rank: Ranking, contender: Callable[[ConfigEvidence], bool]) -> list[str]:
+    """A note naming the configs that would have ranked ahead of ``chosen`` and were passed over only
+    because the refitted hazard predicts them over the OOM limit (none without export.oom_model):
+    their own runs stand as well as the chosen one's on the limit, they would have competed
+    (``contender``: confirmed where only confirmed configs compete), and they cost less."""
+    if tier(chosen, limit) == PREDICTED_OVER:
+        return []
+    bar = measured_tier(chosen, limit)
+    passed = [c for c in usable if tier(c, limit) == PREDICTED_OVER and measured_tier(c, limit) <= bar
+              and contender(c) and rank.cost(c) < rank.cost(chosen)]
+    if not passed:
         return []
     trials = ", ".join(str(c.first.number) for c in passed[:5]) + (", ..." if len(passed) > 5 else "")
     low, high = min(c.oom.predicted_per_1k for c in passed), max(c.oom.predicted_per_1k for c in passed)
     rates = f"{low:.1f}" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}-{high:.1f}"
     return [f"trials {trials} ranked ahead on {rank.metric} but were passed over: the runtime-OOM hazard refitted to "
             f"the study's engine deaths predicts {rates} OOMs per 1000 for them, over the "
-            f"limit of {limit:g}, where their own runs saw none (export.oom_model)"]
+            f"limit of {limit:g}, where their own runs are within it as measured (export.oom_model)"]
 
 
 def _short_of_margin(c: ConfigEvidence, min_headroom_gib: float, gmu_edge: float | None) -> str:
