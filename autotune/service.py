@@ -80,6 +80,7 @@ def run_study(space: SearchSpace, space_path: Path, opts: RunOptions) -> RunSumm
     seed = space.study.seed if opts.seed is None else opts.seed
     mode = _progress_mode(opts.progress)
     _refuse_if_held(run_dir)  # before starting Ray: a second driver is refused in a second, not ten
+    _refuse_another_study(run_dir, name)
     info, n_workers = _preflight(space, opts, seed)
     sigterm = _SigtermStop()  # after ray.init, which installs a handler of its own
     try:
@@ -154,7 +155,7 @@ def _run_locked(space: SearchSpace, space_path: Path, opts: RunOptions, name: st
     opened = open_study(space, name, storage, sampler, target=target)
     # Every run rewrites the copy: a resume may change what the fingerprint leaves free (export,
     # confirmation, trials), and status and export read the copy while MLflow is told this space.
-    write_atomic(run_dir.space_copy, yaml.safe_dump(_masked_space(space, space_path), sort_keys=False))
+    write_atomic(run_dir.space_copy, yaml.safe_dump(_masked_space(space, space_path, name), sort_keys=False))
     note = budget_note(space, target)  # said at the start (here and by `run`), in status and the export header
     unaided = unaided_note(space)  # said at the start: the sweep and the screen are off, and why
     g, c = space.cluster.gpus_per_worker, space.cluster.cpus_per_worker
@@ -301,10 +302,25 @@ def _invocation_params(space: SearchSpace, name: str, target: int, n_workers: in
     }
 
 
-def _masked_space(space: SearchSpace, space_path: Path) -> dict[str, Any]:
-    """The space as saved in the run directory: secrets masked, and a trace path made absolute
-    (it was relative to the space file; status and export re-read the copy from elsewhere)."""
+def _refuse_another_study(run_dir: RunDir, name: str) -> None:
+    """One run directory, one study: its space.yaml is what status and export read, and each run
+    rewrites it, so a second study there would give the first one's readers its space."""
+    try:
+        saved = yaml.safe_load(run_dir.space_copy.read_text())
+    except (OSError, yaml.YAMLError):
+        return  # none yet (or unreadable: the run that wrote it is this study's, or status says so)
+    held = (saved.get("study") or {}).get("name") if isinstance(saved, dict) else None
+    if held and held != name:
+        raise UserError(f"{run_dir.root} holds study {held!r}; a run directory holds one study: give study "
+                        f"{name!r} another --out")
+
+
+def _masked_space(space: SearchSpace, space_path: Path, name: str) -> dict[str, Any]:
+    """The space as saved in the run directory: secrets masked, a trace path made absolute (it
+    was relative to the space file; status and export re-read the copy from elsewhere), and the
+    study's name as the run gave it (--study, the space's or the file's stem)."""
     d = space.model_dump(mode="json")
+    d["study"]["name"] = name
     trace = d["workload"].get("trace")
     if trace and not Path(trace["path"]).expanduser().is_absolute():
         trace["path"] = os.path.abspath(Path(space_path).parent / trace["path"])

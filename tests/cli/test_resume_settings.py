@@ -1,7 +1,7 @@
 """A resume may change what the study's fingerprint leaves free (the export rule's settings, the
 confirmation, the budget). The run directory's copy of the space then holds the new settings, so
 status and the export read what MLflow was told; a resume the fingerprint refuses leaves the copy
-as it was. Real Ray (logical GPUs), Optuna SQLite and MLflow SQLite, the simulator backend."""
+as it was, and so does a second study sent to the same run directory. Real Ray (logical GPUs), Optuna SQLite and MLflow SQLite, the simulator backend."""
 
 from __future__ import annotations
 
@@ -56,3 +56,21 @@ def test_a_resume_with_new_export_settings_is_what_status_export_and_mlflow_read
     code, err = _run(refused, tmp_path, out, 5, capsys)
     assert code != 0 and "created from a different space" in err
     assert rd.space_copy.read_bytes() == before
+
+
+def test_a_second_study_in_the_same_run_directory_is_refused_before_anything_is_written(ray_cluster, tmp_path,
+                                                                                          capsys):
+    import optuna
+
+    out = tmp_path / "run"
+    space = yaml.safe_load(SPACE.read_text())
+    assert _run(space, tmp_path, out, 2, capsys)[0] == 0
+    rd = RunDir(out)
+    before = rd.space_copy.read_bytes()
+    assert yaml.safe_load(before)["study"]["name"] == "sim_small"  # the name the run gave the study
+    path = tmp_path / "space.yaml"
+    code, _, err = run_cli(["run", "--space", str(path), "--out", str(out), "--study", "other", "--trials", "2",
+                            "--progress", "none"], capsys)
+    assert code == 2 and "holds study 'sim_small'" in err and "another --out" in err and "Traceback" not in err
+    assert rd.space_copy.read_bytes() == before
+    assert optuna.get_all_study_names(rd.optuna_url) == ["sim_small"]
