@@ -9,11 +9,15 @@ start-up profile did not see exceeds what is left): each config's noise-free tra
 the model gives every step's log memory margin, and three numbers are refitted by maximum
 likelihood over the study's full runs, died or not:
 
-* ``shift``: GiB per GPU of memory the model does not know of (lazy buffers, a larger CUDA context);
+* ``shift``: GiB per GPU of memory the model does not know of (lazy buffers, a larger CUDA context),
+  taken from what each step has left (a prompt-logprobs step, whose certain excess already uses
+  part of the margin, loses more of what remains);
 * ``scale``: a factor on each step's unaccounted use (allocator fragmentation);
 * ``spread``: that use's log-normal spread.
 
-The fitted hazard's death chance of a run, times the requests one death fails (the median over
+The trajectory is a noise-free run that did not die (the first seed whose run walked the whole
+benchmark: a death restarts the engine and drops requests, and past the restart limit ends the
+run with its steps undrawn). The fitted hazard's death chance of a run, times the requests one death fails (the median over
 the study's runs with one death), is the config's predicted OOM rate. It exists only where the
 simulator models the space and the study saw at least one death: with none, the data say nothing
 the model did not (``math.nan``). The three numbers are not identified each (a shift and a scale
@@ -50,6 +54,7 @@ SCALES = tuple(float(a) for a in np.exp(np.linspace(math.log(1 / 8), math.log(32
 SPREADS = (0.5, 0.7, 1.0, 1.4, 2.0)  # times the model's frag_sigma
 P_FLOOR = 1e-9  # a death chance is kept inside (P_FLOOR, 1 - P_FLOOR) in the likelihood
 R_BIN = 0.01  # log-margin resolution of a trajectory (a step's chance moves ~1 % across a bin near the edge)
+EXCESS_BIN = 0.01  # GiB: resolution of a step's own excess over the profile (logprobs) in a trajectory
 NEGLIGIBLE_Z = 9.0  # a draw at this many spreads from the edge at every grid point never matters (p < 1e-19)
 
 
@@ -60,6 +65,9 @@ class Trajectory:
     log_margin: np.ndarray  # per crash draw: ln(memory left / a step's median unaccounted use)
     steps: np.ndarray  # per crash draw: the identical steps it covers
     margin_gib: float  # memory left per GPU for what the profile did not see (headroom less lazy buffers)
+    # per crash draw: what is left of that margin once the step's own certain excess over the
+    # profile (prompt or sampler logprobs) is taken; None: no step has one (the margin throughout)
+    step_margin_gib: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -84,9 +92,7 @@ def death_chance(t: Trajectory, shift_gib: float, scale: float, spread: float) -
         return 0.0
     if not _margin_left(t, shift_gib):
         return 1.0
-    r = t.log_margin
-    if shift_gib:
-        r = r + math.log1p(-shift_gib / t.margin_gib)
+    r = _shifted(t, shift_gib)
     with np.errstate(invalid="ignore"):
         p = np.nan_to_num(ndtr(-(r - math.log(scale)) / spread), nan=0.0)
     if np.any(p >= 1.0):
@@ -98,6 +104,19 @@ def _margin_left(t: Trajectory, shift_gib: float) -> bool:
     """Whether any memory is left for a step's unaccounted use once ``shift_gib`` more is taken. No
     margin at all (the model's every step then has p = 1) is certain death whatever the shift."""
     return t.margin_gib > max(shift_gib, 0.0)
+
+
+def _shifted(t: Trajectory, shift_gib: float) -> np.ndarray:
+    """Each draw's log margin once ``shift_gib`` more GiB are taken from what is left to *that* step:
+    ``ln((m - d) / m)`` added, with ``m`` the step's own margin (a logprobs step has less left, so the
+    same GiB cost it more); minus infinity (certain death) where nothing is left."""
+    if not shift_gib:
+        return t.log_margin
+    m = np.broadcast_to(np.asarray(t.margin_gib if t.step_margin_gib is None else t.step_margin_gib, dtype=float),
+                        t.log_margin.shape)
+    left = (m > shift_gib) & (m > 0)
+    ratio = 1.0 - shift_gib / np.where(left, m, 1.0)
+    return np.where(left, t.log_margin + np.log(np.where(left, ratio, 1.0)), -np.inf)
 
 
 def trajectory(space: SearchSpace, flags: Mapping[str, Any]) -> Trajectory | None:
@@ -123,13 +142,21 @@ def _simulate(space: SearchSpace, flags: Mapping[str, Any], profile: SimProfile)
     e = space.engine
     if unmodelled_flags(flags):  # the model cannot speak for a flag it does not model
         return None
-    try:
-        res = simulate_trial(e.model, e.gpu, flags, space.workload, seed=0, env=e.env,
-                             profile=profile.without_noise(), record_draws=True)
-    except UserError:
-        return None
-    if res.status == TrialStatus.STARTUP_FAILED:
-        return None
+    res = None
+    # With noise off the seeds differ only in the crash draws: the first seed whose run did not
+    # die walks the whole benchmark (a death would restart the engine, drop requests in flight
+    # and, past the restart limit, end the run with its remaining steps undrawn).
+    for seed in range(CLEAN_RUN_TRIES):
+        try:
+            res = simulate_trial(e.model, e.gpu, flags, space.workload, seed=seed, env=e.env,
+                                 profile=profile.without_noise(), record_draws=True)
+        except UserError:
+            return None
+        if res.status == TrialStatus.STARTUP_FAILED:
+            return None
+        if not res.crashes:
+            break
+    assert res is not None
     draws = (res.extra or {}).get("crash_draws") or []
     p = np.array([d[0] for d in draws], dtype=float)
     # Q^-1(p) times the model's spread: +inf where p underflowed to 0, -inf where it is 1.
@@ -137,23 +164,31 @@ def _simulate(space: SearchSpace, flags: Mapping[str, Any], profile: SimProfile)
     margin = float((res.extra or {}).get("mem_gib", {}).get("headroom", math.nan)) - profile.lazy_buffers_gib
     if math.isnan(margin):  # no memory report: nothing to shift against
         return None
-    return _binned(z * profile.frag_sigma, np.array([float(d[1]) for d in draws]), margin, profile.frag_sigma)
+    excess = np.array([float(d[2]) for d in draws])
+    return _binned(z * profile.frag_sigma, np.array([float(d[1]) for d in draws]), excess, margin,
+                   profile.frag_sigma)
 
 
-def _binned(r: np.ndarray, k: np.ndarray, margin_gib: float, sigma0: float) -> Trajectory:
-    """The draws with their steps summed per ``R_BIN`` of log margin, and those no point of the fit's
-    grid gives a chance above 1e-19 a step dropped: a benchmark has thousands of draws, the fit
-    scores each config at ~1,000 grid points every time the export rule asks."""
-    worst = r + (math.log1p(-max(SHIFTS_GIB) / margin_gib) if margin_gib > max(SHIFTS_GIB) else -math.inf)
-    worst -= math.log(max(SCALES))
-    keep = ~(worst > NEGLIGIBLE_Z * max(SPREADS) * sigma0)
-    r, k = r[keep], k[keep]
+CLEAN_RUN_TRIES = 8
+
+
+def _binned(r: np.ndarray, k: np.ndarray, excess_gib: np.ndarray, margin_gib: float, sigma0: float) -> Trajectory:
+    """The draws with their steps summed per ``R_BIN`` of log margin and ``EXCESS_BIN`` of a step's own
+    excess, and those no point of the fit's grid gives a chance above 1e-19 a step dropped: a
+    benchmark has thousands of draws, the fit scores each config at ~1,000 grid points every time
+    the export rule asks."""
+    raw = Trajectory(r, k, margin_gib, margin_gib - excess_gib)
+    worst = (_shifted(raw, max(SHIFTS_GIB)) if _margin_left(raw, max(SHIFTS_GIB)) else np.full_like(r, -np.inf))
+    keep = ~(worst - math.log(max(SCALES)) > NEGLIGIBLE_Z * max(SPREADS) * sigma0)
+    r, k, excess_gib = r[keep], k[keep], excess_gib[keep]
     finite = np.isfinite(r)
     bins = np.where(finite, np.round(np.where(finite, r, 0.0) / R_BIN), 0.0)
-    keys, inverse = np.unique(np.stack([bins, np.where(finite, 0.0, r)]), axis=1, return_inverse=True)
+    excess_bins = np.round(excess_gib / EXCESS_BIN)
+    keys, inverse = np.unique(np.stack([bins, np.where(finite, 0.0, r), excess_bins]), axis=1, return_inverse=True)
     steps = np.bincount(inverse.ravel(), weights=k, minlength=keys.shape[1])
     centres = np.where(np.isfinite(keys[1]), keys[0] * R_BIN, keys[1])
-    return Trajectory(centres, steps, margin_gib)
+    step_margin = margin_gib - keys[2] * EXCESS_BIN
+    return Trajectory(centres, steps, margin_gib, None if not np.any(keys[2]) else step_margin)
 
 
 @dataclass(frozen=True)
@@ -194,7 +229,7 @@ def _chance_grid(t: Trajectory, spreads: np.ndarray) -> np.ndarray:
     for i, d in enumerate(SHIFTS_GIB):
         if not _margin_left(t, d):
             continue  # the unknown memory takes the whole margin (or there is none): certain death
-        r = t.log_margin + (math.log1p(-d / t.margin_gib) if d else 0.0)
+        r = _shifted(t, d)
         for k, s in enumerate(spreads):
             with np.errstate(invalid="ignore"):
                 p = np.nan_to_num(ndtr(-(r[None, :] - log_scales) / s), nan=0.0)

@@ -81,9 +81,10 @@ class TrialSim:
         self.memory = StepMemoryModel(dep, profile, self.perf.max_graph_batch)
         self.hazard = Hazard.from_profile(startup.mem.headroom * GiB, profile)
         self.rng = run_rng(workload.seed, seed)
-        # The crash draws' (p, k), for hazard.survives: only meaningful with noise off, where
-        # they are the only draws.
-        self.draws: list[tuple[float, int]] | None = [] if record_draws and not profile.noise else None
+        # The crash draws' (p, k, GiB the step needs beyond the profile), for hazard.survives and
+        # the refitted hazard (calibrate/hazard.py): only meaningful with noise off, where they are
+        # the only draws.
+        self.draws: list[tuple[float, int, float]] | None = [] if record_draws and not profile.noise else None
         self.seed = seed
         self.trace: list[TraceRequest] = generate_trace(workload, dep.max_model_len)
         self.total = len(self.trace)
@@ -218,7 +219,7 @@ class TrialSim:
         p = self.hazard.p_step(act, mem.unprofiled)
         st.max_p = max(st.max_p, p)
         if self.draws is not None:
-            self.draws.append((p, k))
+            self.draws.append((p, k, mem.unprofiled / GiB))
         return Hazard.first_failure(p, k, self.rng)
 
     def _try_decode_run(self) -> bool:

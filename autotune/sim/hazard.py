@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autotune.deploy import SimProfile
@@ -78,14 +79,14 @@ def run_rng(workload_seed: int, seed: int) -> random.Random:
     return random.Random(f"autotune-sim/{workload_seed}/{seed}")
 
 
-def survives(draws: list[tuple[float, int]], workload_seed: int, seed: int) -> bool:
+def survives(draws: Sequence[tuple[float, int, float]], workload_seed: int, seed: int) -> bool:
     """Whether trial ``seed`` would survive every crash draw of a crash-free trial's log.
 
     With noise off the trial seed moves nothing but the crash draws, so every seed follows
     the same trajectory up to its first crash: one that survives the log's draws (each
-    ``(p, k)``: a step's crash probability over ``k`` identical steps) *is* the logged trial,
+    ``(p, k, extra GiB)``: a step's crash probability over ``k`` identical steps) *is* the logged trial,
     value for value, and need not be simulated. The brute force of a truth relies on this
     (experiments/scenarios/ground_truth.py), where most repeat runs exist only to catch a
     rare crash."""
     rng = run_rng(workload_seed, seed)
-    return not any(Hazard.first_failure(p, k, rng) for p, k in draws)
+    return not any(Hazard.first_failure(p, k, rng) for p, k, *_ in draws)

@@ -192,3 +192,52 @@ def test_the_measured_tiers_rule_says_why_a_shown_config_lost():
     assert choice.trial.number == safe and not choice.config.oom.shown_within(1.0)
     assert "those shown within it with 95 % confidence are predicted over it" in choice.rule
     assert "none is shown" not in choice.rule
+
+
+def test_a_shift_costs_a_logprobs_step_more_than_a_plain_one():
+    """The same GiB taken from a step that has less left (its logprobs already need some of the
+    margin) moves its log margin by ln(1 - d / its own margin), not the config's."""
+    plain = _flat(2.0, 6.0)
+    logprobs = hazard.Trajectory(np.array([6.0]), np.array([2000.0]), 2.0, np.array([1.0]))
+    assert hazard.death_chance(logprobs, 0.0, 1.0, SIGMA0) == hazard.death_chance(plain, 0.0, 1.0, SIGMA0)
+    assert hazard.death_chance(logprobs, 0.5, 1.0, SIGMA0) > hazard.death_chance(plain, 0.5, 1.0, SIGMA0)
+    by_hand = _flat(2.0, 6.0 + math.log(1 - 0.5 / 1.0))
+    assert hazard.death_chance(logprobs, 0.5, 1.0, SIGMA0) == pytest.approx(hazard.death_chance(by_hand, 0.0, 1.0, SIGMA0))
+    assert hazard.death_chance(logprobs, 1.0, 1.0, SIGMA0) == 1.0  # the step has nothing left
+    grid = hazard._chance_grid(logprobs, np.array(hazard.SPREADS) * SIGMA0)
+    i = hazard.SHIFTS_GIB.index(0.5)
+    j = int(np.argmin(np.abs(np.log(hazard.SCALES))))
+    k = hazard.SPREADS.index(1.0)
+    assert grid[i, j, k] == pytest.approx(hazard.death_chance(logprobs, 0.5, hazard.SCALES[j], SIGMA0), abs=1e-12)
+
+
+def test_the_trajectory_is_a_run_that_did_not_die(monkeypatch):
+    """A noise-free run that dies stops drawing where it died (or restarts with requests dropped):
+    the trajectory comes from the first seed whose run walked the whole benchmark."""
+    import dataclasses
+
+    real = hazard.simulate_trial
+    seeds: list[int] = []
+
+    def first_seed_dies(*args, seed: int, **kw):
+        seeds.append(seed)
+        res = real(*args, seed=seed, **kw)
+        return dataclasses.replace(res, crashes=1) if seed == 0 else res
+
+    flags = {**ON.fixed_flags(), "gpu_memory_utilization": 0.93, "kv_cache_dtype": "fp8"}
+    hazard._TRAJECTORIES.clear()
+    monkeypatch.setattr(hazard, "simulate_trial", first_seed_dies)
+    t = hazard.trajectory(ON, flags)
+    assert seeds == [0, 1] and t is not None
+    hazard._TRAJECTORIES.clear()
+
+
+def test_a_logprobs_workload_gives_its_steps_their_own_margin():
+    from pathlib import Path
+
+    from autotune.space import load_space
+
+    mixed = load_space(Path(__file__).resolve().parents[2] / "search_spaces" / "qwen72b-mixed.yaml")
+    t = hazard.trajectory(mixed, {**mixed.fixed_flags(), "gpu_memory_utilization": 0.93})
+    assert t is not None and t.step_margin_gib is not None
+    assert t.step_margin_gib.min() < t.margin_gib and t.step_margin_gib.max() == pytest.approx(t.margin_gib)

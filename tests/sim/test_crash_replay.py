@@ -33,7 +33,7 @@ def test_a_seed_that_survives_the_log_is_the_logged_trial_and_one_that_does_not_
     trials = {s: _trial(s, record=True) for s in SEEDS}
     template = next(t for t in trials.values() if t.crashes == 0)
     draws = template.extra["crash_draws"]
-    assert draws and all(0.0 <= p <= 1.0 and k >= 1 for p, k in draws)
+    assert draws and all(0.0 <= p <= 1.0 and k >= 1 and u >= 0.0 for p, k, u in draws)
     wseed = chat_workload(200).seed
     verdicts = {s: survives(draws, wseed, s) for s in SEEDS}
     assert set(verdicts.values()) == {True, False}, "the config must split the seeds for the test to mean anything"
