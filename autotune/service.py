@@ -155,7 +155,13 @@ def _run_locked(space: SearchSpace, space_path: Path, opts: RunOptions, name: st
     opened = open_study(space, name, storage, sampler, target=target)
     # Every run rewrites the copy: a resume may change what the fingerprint leaves free (export,
     # confirmation, trials), and status and export read the copy while MLflow is told this space.
-    write_atomic(run_dir.space_copy, yaml.safe_dump(_masked_space(space, space_path, name), sort_keys=False))
+    try:
+        write_atomic(run_dir.space_copy, yaml.safe_dump(_masked_space(space, space_path, name), sort_keys=False))
+    except OSError as e:
+        if no_space_error(e) is not None:
+            raise  # the full-disk message below
+        raise UserError(f"{run_dir.space_copy}: cannot write the run's copy of the space ({e.strerror}); "
+                        "make the run directory writable") from None
     note = budget_note(space, target)  # said at the start (here and by `run`), in status and the export header
     unaided = unaided_note(space)  # said at the start: the sweep and the screen are off, and why
     g, c = space.cluster.gpus_per_worker, space.cluster.cpus_per_worker
@@ -304,7 +310,11 @@ def _invocation_params(space: SearchSpace, name: str, target: int, n_workers: in
 
 def _refuse_another_study(run_dir: RunDir, name: str) -> None:
     """One run directory, one study: its space.yaml is what status and export read, and each run
-    rewrites it, so a second study there would give the first one's readers its space."""
+    rewrites it, so a second study there would give the first one's readers its space. Checked
+    before anything is created, as is that the copy can be replaced (a directory in its place)."""
+    copy = run_dir.space_copy
+    if copy.exists() and not copy.is_file():
+        raise UserError(f"{copy}: not a file, and the run writes its copy of the space there; move it aside")
     try:
         saved = yaml.safe_load(run_dir.space_copy.read_text())
     except (OSError, yaml.YAMLError):

@@ -74,3 +74,14 @@ def test_a_second_study_in_the_same_run_directory_is_refused_before_anything_is_
     assert code == 2 and "holds study 'sim_small'" in err and "another --out" in err and "Traceback" not in err
     assert rd.space_copy.read_bytes() == before
     assert optuna.get_all_study_names(rd.optuna_url) == ["sim_small"]
+
+
+def test_a_directory_where_the_copy_goes_is_one_line_before_anything_is_created(tmp_path, capsys):
+    out = tmp_path / "run"
+    (out / "space.yaml").mkdir(parents=True)
+    path = tmp_path / "space.yaml"
+    path.write_text(SPACE.read_text())
+    code, _, err = run_cli(["run", "--space", str(path), "--out", str(out), "--trials", "2", "--progress", "none"],
+                           capsys)
+    assert code == 2 and "space.yaml: not a file" in err and "move it aside" in err and "Traceback" not in err
+    assert sorted(p.name for p in out.iterdir()) == ["space.yaml"]  # no optuna.db, no mlflow.db
