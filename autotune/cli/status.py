@@ -30,6 +30,7 @@ from rich.table import Table
 from autotune.cli.app import app
 from autotune.cli.common import find_run_dir, open_study, saved_space
 from autotune.errors import UserError
+from autotune.export.header import predicted_oom_line
 from autotune.formatting import number
 from autotune.metrics import display, label
 from autotune.metrics import get as get_metric
@@ -37,6 +38,7 @@ from autotune.rundir import RunDir
 from autotune.space import SearchSpace
 from autotune.space.loader import parse_space
 from autotune.study.analysis import (
+    DEFAULT_MAX_OOM_PER_1K,
     LATENCY,
     Choice,
     ConfigEvidence,
@@ -214,8 +216,10 @@ def _recommended_line(choice: Choice | None, metric: str) -> str:
                f"{display(metric, i.high)})")
     else:
         fig = f"{metric} {display(metric, i.mean)} (single run: no interval)"
+    predicted = predicted_oom_line(c, DEFAULT_MAX_OOM_PER_1K)  # export.oom_model: as the export header says it
     notes = "".join(f" Note: {x}." for x in choice.notes)
-    return (f"recommended: trial {choice.trial.number}, {fig}; chosen by the export rule: {choice.rule}.{notes}"
+    return (f"recommended: trial {choice.trial.number}, {fig}; chosen by the export rule: {choice.rule}."
+            f"{f' {predicted[0].upper()}{predicted[1:]}.' if predicted else ''}{notes}"
             " `autotune export` writes this config.")
 
 

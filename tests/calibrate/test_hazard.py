@@ -241,3 +241,14 @@ def test_a_logprobs_workload_gives_its_steps_their_own_margin():
     t = hazard.trajectory(mixed, {**mixed.fixed_flags(), "gpu_memory_utilization": 0.93})
     assert t is not None and t.step_margin_gib is not None
     assert t.step_margin_gib.min() < t.margin_gib and t.step_margin_gib.max() == pytest.approx(t.margin_gib)
+
+
+def test_status_says_the_prediction_the_export_header_says():
+    from autotune.cli.status import _recommended_line
+
+    study, _, safe = _twin_study()
+    on = choose_for_export(study, ON, 1.0)
+    line = " ".join(_recommended_line(on, "p99_e2e_s").split())
+    assert f"recommended: trial {safe}" in line
+    assert (predicted_oom_line(on.config, 1.0) or "x")[1:] in line and "Predicted oom_per_1k" in line
+    assert "redicted" not in _recommended_line(choose_for_export(study, SPACE, 1.0), "p99_e2e_s")
