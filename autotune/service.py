@@ -316,7 +316,7 @@ def _refuse_another_study(run_dir: RunDir, name: str) -> None:
     if copy.exists() and not copy.is_file():
         raise UserError(f"{copy}: not a file, and the run writes its copy of the space there; move it aside")
     try:
-        saved = yaml.safe_load(run_dir.space_copy.read_text())
+        saved = yaml.safe_load(copy.read_text())
     except (OSError, yaml.YAMLError):
         return  # none yet (or unreadable: the run that wrote it is this study's, or status says so)
     held = (saved.get("study") or {}).get("name") if isinstance(saved, dict) else None

@@ -18,7 +18,6 @@ FINGERPRINT_ATTR = "autotune.space_fingerprint"
 @dataclass(frozen=True)
 class OpenedStudy:
     study: optuna.Study
-    first_open: bool  # the space was recorded with the study now: a new study (or one never seeded)
 
 
 def open_study(space: SearchSpace, name: str, storage: optuna.storages.BaseStorage | None,
@@ -42,11 +41,12 @@ def open_study(space: SearchSpace, name: str, storage: optuna.storages.BaseStora
         created = False
     if [d.name.lower() for d in study.directions] != directions:
         raise UserError(f"study {name!r} exists with other objectives; use --study NEW_NAME")
-    return OpenedStudy(study, _check_fingerprint(study, space, name, created, target))
+    _check_fingerprint(study, space, name, created, target)
+    return OpenedStudy(study)
 
 
 def _check_fingerprint(study: optuna.Study, space: SearchSpace, name: str, created: bool,
-                       target: int | None = None) -> bool:
+                       target: int | None = None) -> None:
     fp = space_fingerprint(space)
     attrs = study.user_attrs
     if FINGERPRINT_ATTR not in attrs:
@@ -55,7 +55,7 @@ def _check_fingerprint(study: optuna.Study, space: SearchSpace, name: str, creat
         # A creator killed before seeding leaves an unseeded study: seed it then.
         if space.study.strategy.warm_start and (created or not study.trials):
             seeding.enqueue_warm_start(study, space, target)
-        return True
+        return
     stored = attrs[FINGERPRINT_ATTR]
     if stored == legacy_space_fingerprint(space) != fp:
         study.set_user_attr(FINGERPRINT_ATTR, fp)  # recorded before the fingerprint counted the CPU KV size
@@ -64,4 +64,3 @@ def _check_fingerprint(study: optuna.Study, space: SearchSpace, name: str, creat
             f"study {name!r} was created from a different space (engine, params, constraints, workload "
             "or objectives changed); resume with the original file or pass --study NEW_NAME"
         )
-    return False
