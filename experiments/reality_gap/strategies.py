@@ -95,12 +95,15 @@ EXPORT_VARIANTS: dict[str, dict[str, Any]] = {"autotune-median": {"center": "med
                                               "autotune-edge": {"gmu_edge": 0.95},
                                               "autotune-hazard": {"oom_model": True}}
 BASELINES = ("random", "tpe", "grid", "tpe-confirm", "sim-best", "auto-tune-sh")
-# tpe-confirm with the same part on (README, "Leader repeats"); not a baseline a user tries first.
-LEADER_BASELINE = "tpe-confirm-leader"
+# tpe-confirm with the part of an autotune variant on, so the variant's comparison with the baseline
+# holds that part fixed; not baselines a user tries first. "tpe-confirm-leader": README, "Leader repeats";
+# "tpe-confirm-hazard": the baseline's export rule is autotune-hazard's (the issue's tpe-confirm has
+# "the same export rule" as autotune, so a default export.oom_model would be the baseline's too).
+CONFIRM_VARIANTS = {"tpe-confirm-leader": "autotune-leader", "tpe-confirm-hazard": "autotune-hazard"}
 # Every grid config once, then confirmation: what the race and the export rule reach without a search's misses;
 # name -> study.confirm changes. grid-all-race24 races the same finalists with 4x the runs (3 x 8 = 24).
 CEILINGS: dict[str, dict[str, Any]] = {"grid-all": {}, "grid-all-race24": {"repeats": 8}}
-STRATEGIES = (*BASELINES, "autotune", *ABLATIONS, *EXPORT_VARIANTS, LEADER_BASELINE, *CEILINGS)
+STRATEGIES = (*BASELINES, "autotune", *ABLATIONS, *EXPORT_VARIANTS, *CONFIRM_VARIANTS, *CEILINGS)
 
 
 def variant(space: SearchSpace, strategy: str) -> SearchSpace:
@@ -111,11 +114,13 @@ def variant(space: SearchSpace, strategy: str) -> SearchSpace:
         switches, confirm = ABLATIONS[strategy]
         return _with_study(space, space.study.sampler, switches, confirm)
     if strategy in EXPORT_VARIANTS:
-        return space.model_copy(update={"export": space.export.model_copy(update=EXPORT_VARIANTS[strategy])})
+        return _with_autotune_part(space, strategy)
     if strategy in ("random", "tpe"):
         return _with_study(space, strategy, PLAIN, {"finalists": 0})
-    if strategy in ("tpe-confirm", LEADER_BASELINE):
-        return _with_study(space, "tpe", PLAIN, ABLATIONS["autotune-leader"][1] if strategy == LEADER_BASELINE else {})
+    if strategy == "tpe-confirm":
+        return _with_study(space, "tpe", PLAIN, {})
+    if strategy in CONFIRM_VARIANTS:
+        return _with_autotune_part(variant(space, "tpe-confirm"), CONFIRM_VARIANTS[strategy])
     if strategy in CEILINGS:  # its trials are enqueued (the grid), the sampler never asked; confirmation on
         return _with_study(space, "grid", PLAIN, CEILINGS[strategy])
     if strategy in ("grid", "auto-tune-sh"):
@@ -124,6 +129,15 @@ def variant(space: SearchSpace, strategy: str) -> SearchSpace:
     if strategy == "sim-best":
         raise ValueError("sim-best is a config, not a space: use sim_best_space(space, params)")
     raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+
+
+def _with_autotune_part(space: SearchSpace, autotune_variant: str) -> SearchSpace:
+    """``space`` with the confirmation or export change that makes ``autotune_variant`` of autotune."""
+    if autotune_variant in EXPORT_VARIANTS:
+        return space.model_copy(update={"export": space.export.model_copy(update=EXPORT_VARIANTS[autotune_variant])})
+    confirm = ABLATIONS[autotune_variant][1]
+    return space.model_copy(update={"study": space.study.model_copy(
+        update={"confirm": space.study.confirm.model_copy(update=confirm)})})
 
 
 def _with_study(space: SearchSpace, sampler: str, switches: dict[str, Any], confirm: dict[str, Any]) -> SearchSpace:

@@ -232,3 +232,19 @@ def test_the_median_variant_changes_only_how_runs_are_summarised(tiny):
     med = variant(space, "autotune-median")
     assert med.export.center == "median" and space.export.center == "mean"
     assert med.model_copy(update={"export": space.export}) == space
+
+
+@pytest.mark.parametrize(("baseline_variant", "autotune_variant"),
+                         [("tpe-confirm-hazard", "autotune-hazard"), ("tpe-confirm-leader", "autotune-leader")])
+def test_a_tpe_confirm_variant_is_tpe_confirm_with_the_autotune_variants_part(tiny, baseline_variant,
+                                                                              autotune_variant):
+    """tpe-confirm shares autotune's confirmation runs and export rule; a variant of autotune that changes one
+    of them has a tpe-confirm twin with the same change and nothing else (its sampler stays TPE, every part off)."""
+    space = load_space(tiny)
+    base, twin, auto = (variant(space, s) for s in ("tpe-confirm", baseline_variant, autotune_variant))
+    assert twin.study.sampler == "tpe" and twin.study.strategy == base.study.strategy
+    assert (twin.export, twin.study.confirm) == (auto.export, auto.study.confirm)
+    assert (base.export, base.study.confirm) != (twin.export, twin.study.confirm)
+    restored = twin.model_copy(update={"export": base.export,
+                                       "study": twin.study.model_copy(update={"confirm": base.study.confirm})})
+    assert restored == base
