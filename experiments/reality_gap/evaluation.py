@@ -88,6 +88,27 @@ def case(r: dict[str, Any]) -> tuple[int, int]:
     return r["truth_seed"], r["study_seed"]
 
 
+def read_as_pair(text: str) -> tuple[str, str]:
+    """``VARIANT=STRATEGY`` of ``--read-as``, both strategies the bench knows."""
+    variant, sep, strategy = text.partition("=")
+    unknown = [s for s in (variant, strategy) if s not in STRATEGIES]
+    if not sep or unknown or variant == strategy:
+        raise argparse.ArgumentTypeError(f"{text!r}: give VARIANT=STRATEGY, two different strategies of "
+                                         f"{', '.join(STRATEGIES)}")
+    return variant, strategy
+
+
+def read_as(rows: Sequence[dict[str, Any]], pairs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    """``rows`` with each pair's variant's rows relabelled as its strategy's, and the strategy's own rows
+    left out: a variant's goal figures as they would read were it the strategy (a row's copy, not the row)."""
+    if not pairs:
+        return list(rows)
+    renamed = dict(pairs)
+    replaced = set(renamed.values())
+    return [{**r, "strategy": renamed[r["strategy"]]} if r["strategy"] in renamed else r
+            for r in rows if r["strategy"] not in replaced or r["strategy"] in renamed]
+
+
 def duplicate_case(rows: Sequence[dict[str, Any]]) -> tuple | None:
     """The first (scenario, truth, study seed, strategy) held by two rows, or None: a paired comparison
     keeps one row per case, so a case given twice would be counted once in one table and twice in another."""
@@ -420,11 +441,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--study-seeds", type=seed_list, metavar="SEEDS",
                     help="only the rows of these study seeds ('0' or '0-1'): e.g. the ones run again with their "
                          "export timeline, whose GPU-hour figures against the refined best exist")
+    ap.add_argument("--read-as", type=read_as_pair, action="append", default=[], metavar="VARIANT=STRATEGY",
+                    help="read VARIANT's rows as STRATEGY's, whose own rows are left out (e.g. "
+                         "autotune-hazard=autotune: the goals as they would read with the variant as the default; "
+                         "the report's command line says so)")
     ap.add_argument("--plot", type=Path, metavar="PNG", help="also plot each strategy's within-2 %% rate per scenario")
     args = ap.parse_args(argv)
     if len(args.runs) > 1 and args.out is None:
         ap.error("several --runs files need --out (the report of all of them goes there)")
-    rows = [r for p in args.runs for r in load(p, args.family, args.kind)]
+    rows = read_as([r for p in args.runs for r in load(p, args.family, args.kind)], args.read_as)
     if (twice := duplicate_case(rows)) is not None:
         ap.error(f"case {twice} is in the rows twice (two --runs files holding the same rows?); "
                  "give each case's rows once")

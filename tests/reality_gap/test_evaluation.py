@@ -249,3 +249,31 @@ def test_the_plot_is_written_beside_the_report(tmp_path):
     # no rows of the kind asked for: the report says so in its count, and nothing is drawn
     E.main(["--runs", str(tmp_path / "runs.jsonl"), "--kind", "dev", "--plot", str(tmp_path / "dev.png")])
     assert not (tmp_path / "dev.png").exists()
+
+
+def test_a_variant_read_as_the_strategy_replaces_its_rows(tmp_path):
+    """--read-as autotune-hazard=autotune: the goals as they would read with the variant the default; autotune's own
+    rows are left out, the variant's are counted under autotune's name, and the command line says so."""
+    rows = []
+    for t in (1000, 1001):
+        rows.append(_row("autotune", "a", t, 0, True, 0.05, oom=5.0))  # over the limit: left out below
+        rows.append(_row("autotune-hazard", "a", t, 0, True, 0.05))
+        rows.append(_row("tpe-confirm", "a", t, 0, False, 0.2))
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    E.main(["--runs", str(path)])
+    assert "| 0 autotune exports over the true OOM limit | 2 | no |" in (tmp_path / "results.md").read_text()
+    E.main(["--runs", str(path), "--read-as", "autotune-hazard=autotune", "--out", str(tmp_path / "as.md")])
+    text = (tmp_path / "as.md").read_text()
+    assert "| 0 autotune exports over the true OOM limit | 0 | yes |" in text
+    assert "| autotune-hazard |" not in text and "--read-as autotune-hazard=autotune" in text
+    assert [r["strategy"] for r in E.read_as(rows, [("autotune-hazard", "autotune")])] == [
+        "autotune", "tpe-confirm", "autotune", "tpe-confirm"]
+
+
+def test_read_as_refuses_an_unknown_strategy_in_one_line(tmp_path, capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as e:
+        E.main(["--runs", str(tmp_path / "none.jsonl"), "--read-as", "autotune-hazrd=autotune"])
+    assert e.value.code == 2 and "autotune-hazrd=autotune" in capsys.readouterr().err
