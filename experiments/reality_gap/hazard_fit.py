@@ -5,7 +5,7 @@ autotune's calibration leaves the runtime-OOM hazard at the model's constants (c
 limit on the development rows passed its two to four runs without a death. This probe asks whether
 the deaths the study *did* see elsewhere, near the memory edge, pin the hazard down well enough to
 say which of the clean-run candidates are over the limit. No study changes: each development case
-is run as ``run.py`` runs it (strategy autotune), then:
+is run as ``run.py`` runs it (strategy autotune, or ``--strategy``'s), then:
 
 1. the hazard is refitted to the study's full runs, died or not, by the code ``export.oom_model``
    runs (:mod:`autotune.calibrate.hazard`): each config's noise-free trajectory under the
@@ -46,6 +46,7 @@ from experiments.reality_gap import score as S
 from experiments.reality_gap import seeds
 from experiments.reality_gap.bench import seeds as seed_list
 from experiments.reality_gap.run import run_strategy
+from experiments.reality_gap.strategies import STRATEGIES
 from experiments.reality_gap.truth import Truth
 from experiments.scenarios import ground_truth as gt
 
@@ -54,12 +55,12 @@ EDGE = 0.95  # gmu_edge.py's edge
 GMU = "gpu_memory_utilization"
 
 
-def case(scenario: str, truth_seed: int, study_seed: int) -> dict[str, Any]:
-    """One development case: autotune's study as run.py runs it, the hazard refitted to its deaths
+def case(scenario: str, truth_seed: int, study_seed: int, strategy: str = "autotune") -> dict[str, Any]:
+    """One development case: ``strategy``'s study as run.py runs it, the hazard refitted to its deaths
     (autotune.calibrate.hazard, the code export.oom_model runs), and every clean candidate's
     prediction next to its truth."""
     truth = Truth.load(scenario, truth_seed)
-    bench = run_strategy(truth, "autotune", study_seed, truth.space.study.trials)
+    bench = run_strategy(truth, strategy, study_seed, truth.space.study.trials)
     recs = bench.records()
     groups = list(full_runs(recs).values())
     fitted = hazard.study_fit(groups, bench.space)
@@ -80,7 +81,7 @@ def case(scenario: str, truth_seed: int, study_seed: int) -> dict[str, Any]:
                       "true_oom_per_1k": row.get("oom_per_1k"), "true_feasible": gt.feasible(row, truth.main),
                       "regret": truth.regret(row), "exported": config_key(truth.params(g[0].flags)) == exported})
     f = fitted
-    return {"scenario": truth.name, "truth_seed": truth_seed, "study_seed": study_seed,
+    return {"scenario": truth.name, "truth_seed": truth_seed, "study_seed": study_seed, "strategy": strategy,
             "shift_gib": f.shift_gib if f else None, "scale": f.scale if f else None, "spread": f.spread if f else None,
             "spread_model": sigma0, "deaths_seen": f.deaths if f else 0, "runs": f.runs if f else None,
             "oom_per_death_per_1k": f.oom_per_death_per_1k if f else None, "candidates": cands}
@@ -98,8 +99,8 @@ def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     out = ["| scenario | studies | candidates (clean runs only) | over the limit | flagged by the fitted hazard (over / within) "
            "| flagged by the edge (over / within) | exports over the limit | of them flagged by the fit | "
            "exports within it flagged by the fit |", "|---" * 9 + "|"]
-    for name in sorted({r["scenario"] for r in rows}):
-        rs = [r for r in rows if r["scenario"] == name]
+    for name in sorted({_study_kind(r) for r in rows}):
+        rs = [r for r in rows if _study_kind(r) == name]
         cs = [c for r in rs for c in r["candidates"]]
         over = [c for c in cs if (c["true_oom_per_1k"] or 0) > LIMIT]
         within = [c for c in cs if (c["true_oom_per_1k"] or 0) <= LIMIT]
@@ -111,7 +112,14 @@ def table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def _run(args: tuple[str, int, int]) -> dict[str, Any]:
+def _study_kind(row: Mapping[str, Any]) -> str:
+    """A table line's name: the scenario, and the strategy where it is not autotune (rows before
+    ``--strategy`` are autotune's)."""
+    strategy = row.get("strategy", "autotune")
+    return row["scenario"] if strategy == "autotune" else f"{row['scenario']} ({strategy})"
+
+
+def _run(args: tuple[str, int, int, str]) -> dict[str, Any]:
     return case(*args)
 
 
@@ -120,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--scenarios", nargs="+", default=[])
     ap.add_argument("--truth-seeds", type=seed_list, default=[0], help="development seeds: '0-9' or '0,2'")
     ap.add_argument("--study-seeds", type=seed_list, default=[0])
+    ap.add_argument("--strategy", choices=STRATEGIES, default="autotune",
+                    help="whose studies the hazard is refitted to (default autotune)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--table", nargs="+", type=Path, help="rows files to summarise (no study runs)")
@@ -135,10 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise UserError(problem)
         done = set()
         if a.out and a.out.exists():
-            done = {(r["scenario"], r["truth_seed"], r["study_seed"])
+            done = {(r["scenario"], r["truth_seed"], r["study_seed"], r.get("strategy", "autotune"))
                     for r in map(json.loads, a.out.read_text().splitlines()) if r}
-        todo = [(sc, t, s) for sc in a.scenarios for t in truths for s in a.study_seeds
-                if (Truth.load(sc, t).name, t, s) not in done]
+        todo = [(sc, t, s, a.strategy) for sc in a.scenarios for t in truths for s in a.study_seeds
+                if (Truth.load(sc, t).name, t, s, a.strategy) not in done]
         with ProcessPoolExecutor(max_workers=a.jobs) as pool:
             for row in pool.map(_run, todo):
                 line = json.dumps(row)

@@ -18,3 +18,11 @@ def test_the_table_counts_flags_against_the_truth():
     rows = [{"scenario": "s", "candidates": [cand(3.0, 0.96, 2.0, True), cand(0.2, 0.96, 5.0), cand(2.0, 0.9, 0.0),
                                              cand(0.1, 0.9, 0.0, True)]}]
     assert H.table(rows)[0].startswith("| scenario | studies |") and H.table(rows)[2] == "| s | 1 | 4 | 2 | 1 / 1 | 2 / 0 | 1 | 1 | 0 of 1 |"
+
+
+def test_the_table_keeps_another_strategys_studies_apart():
+    """--strategy tpe-confirm: the refit to TPE's studies is a line of its own (rows before --strategy are autotune's)."""
+    cand = {"oom_fit": 3.0, "gmu": 0.96, "true_oom_per_1k": 0.0, "exported": True}
+    rows = [{"scenario": "s", "candidates": [cand]}, {"scenario": "s", "strategy": "tpe-confirm", "candidates": [cand]}]
+    lines = H.table(rows)
+    assert lines[2].startswith("| s | 1 | 1 |") and lines[3].startswith("| s (tpe-confirm) | 1 | 1 |")
