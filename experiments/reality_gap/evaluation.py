@@ -98,9 +98,27 @@ def read_as_pair(text: str) -> tuple[str, str]:
     return variant, strategy
 
 
+def read_as_problem(rows: Sequence[dict[str, Any]], pairs: Sequence[tuple[str, str]]) -> str | None:
+    """Why ``--read-as`` cannot read ``rows`` this way, or None: a strategy or variant named twice, or a
+    variant without a row for each of its strategy's cases (the goals would be read on fewer cases, or on
+    the strategy's own rows where the variant is missing: neither is what the variant would give)."""
+    names = [n for p in pairs for n in p]
+    if (twice := next((n for n in names if names.count(n) > 1), None)) is not None:
+        return f"--read-as names {twice} twice: give each variant and each strategy once"
+    for v, s in pairs:
+        have = {(r["scenario"], *case(r)) for r in rows if r["strategy"] == v}
+        missing = sorted({(r["scenario"], *case(r)) for r in rows if r["strategy"] == s} - have)
+        if missing:
+            sc, t, m = missing[0]
+            return (f"--read-as {v}={s}: {v} has no row for {len(missing)} of {s}'s cases (e.g. {sc} truth {t} "
+                    f"study seed {m}); run them, or give only rows both have")
+    return None
+
+
 def read_as(rows: Sequence[dict[str, Any]], pairs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
     """``rows`` with each pair's variant's rows relabelled as its strategy's, and the strategy's own rows
-    left out: a variant's goal figures as they would read were it the strategy (a row's copy, not the row)."""
+    left out: a variant's goal figures as they would read were it the strategy (a row's copy, not the row).
+    :func:`read_as_problem` first."""
     if not pairs:
         return list(rows)
     renamed = dict(pairs)
@@ -449,7 +467,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if len(args.runs) > 1 and args.out is None:
         ap.error("several --runs files need --out (the report of all of them goes there)")
-    rows = read_as([r for p in args.runs for r in load(p, args.family, args.kind)], args.read_as)
+    rows = [r for p in args.runs for r in load(p, args.family, args.kind)]
+    if (problem := read_as_problem(rows, args.read_as)) is not None:
+        ap.error(problem)
+    rows = read_as(rows, args.read_as)
     if (twice := duplicate_case(rows)) is not None:
         ap.error(f"case {twice} is in the rows twice (two --runs files holding the same rows?); "
                  "give each case's rows once")

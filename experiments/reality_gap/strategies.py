@@ -135,7 +135,9 @@ def _with_autotune_part(space: SearchSpace, autotune_variant: str) -> SearchSpac
     """``space`` with the confirmation or export change that makes ``autotune_variant`` of autotune."""
     if autotune_variant in EXPORT_VARIANTS:
         return space.model_copy(update={"export": space.export.model_copy(update=EXPORT_VARIANTS[autotune_variant])})
-    confirm = ABLATIONS[autotune_variant][1]
+    switches, confirm = ABLATIONS[autotune_variant]
+    # a search part would make the baseline another search, not tpe-confirm with autotune's confirmation
+    assert not switches, f"{autotune_variant} changes the search ({switches}); only confirmation or export parts copy"
     return space.model_copy(update={"study": space.study.model_copy(
         update={"confirm": space.study.confirm.model_copy(update=confirm)})})
 

@@ -88,6 +88,20 @@ def test_export_oom_model_passes_over_a_clean_config_whose_twin_died():
     assert finalists(list(evidence.values()), 1)[0].first.number == safe
 
 
+def test_the_note_gives_no_cost_where_the_passed_over_config_measured_worse():
+    """The rule ranks by an interval's pessimistic end: a passed-over twin run three times can rank ahead of a
+    chosen config run twice on a worse mean. The note names it but claims no gain the means do not show."""
+    study = _study()
+    for died in (False, True, False):
+        _run(study, 0.97, "auto", 31.0, died)
+    twin = [_run(study, 0.97, "fp8", p) for p in (29.2, 29.4, 29.3)][0]
+    safe = [_run(study, 0.93, "fp8", p) for p in (27.5, 30.7)][0]  # a better mean, a wider interval (two runs)
+    choice = choose_for_export(study, ON, 1.0)
+    assert choice.trial.number == safe
+    note = next(n for n in choice.notes if f"trials {twin} ranked ahead" in n)
+    assert "the best of them" not in note
+
+
 def test_export_oom_model_when_every_clean_config_is_predicted_over():
     study = _study()
     for died in (False, True, False):

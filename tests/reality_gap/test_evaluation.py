@@ -277,3 +277,20 @@ def test_read_as_refuses_an_unknown_strategy_in_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         E.main(["--runs", str(tmp_path / "none.jsonl"), "--read-as", "autotune-hazrd=autotune"])
     assert e.value.code == 2 and "autotune-hazrd=autotune" in capsys.readouterr().err
+
+
+def test_read_as_refuses_a_variant_missing_cases_or_a_name_given_twice(tmp_path, capsys):
+    """A variant run on fewer cases than its strategy would read the goals on other cases: one line, exit 2."""
+    import pytest
+
+    rows = [_row("autotune", "a", t, 0, True, 0.05) for t in (1000, 1001)] + [_row("autotune-hazard", "a", 1000, 0, True, 0.05)]
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    for extra, said in ((["--read-as", "autotune-hazard=autotune"], "autotune-hazard has no row for 1 of autotune's cases "
+                         "(e.g. a truth 1001 study seed 0)"),
+                        (["--read-as", "autotune-hazard=autotune", "--read-as", "autotune-edge=autotune"],
+                         "--read-as names autotune twice")):
+        with pytest.raises(SystemExit) as e:
+            E.main(["--runs", str(path), *extra, "--out", str(tmp_path / "x.md")])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and said in err and "Traceback" not in err

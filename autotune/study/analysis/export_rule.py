@@ -200,18 +200,26 @@ def _passed_for_predicted_ooms(usable: Sequence[ConfigEvidence], chosen: ConfigE
     return [f"trials {trials} ranked ahead on {rank.metric} but were passed over: the runtime-OOM hazard refitted to "
             f"the study's engine deaths predicts {rates} OOMs per 1000 for them, over the "
             f"limit of {limit:g}, where their own runs are within it as measured (export.oom_model)"
-            + _what_safety_costs(min(passed, key=rank.cost), chosen, rank)]
+            + _what_safety_costs(passed, chosen, rank)]
 
 
-def _what_safety_costs(best: ConfigEvidence, chosen: ConfigEvidence, rank: Ranking) -> str:
-    """How much better the best passed-over config measured than the chosen one, in the ranked metric's
-    means: what the user gives up for the prediction ('' where a mean is missing)."""
-    b, c = best.interval(rank.metric).mean, chosen.interval(rank.metric).mean
-    if math.isnan(b) or math.isnan(c) or c == 0:
+def _what_safety_costs(passed: Sequence[ConfigEvidence], chosen: ConfigEvidence, rank: Ranking) -> str:
+    """How much better the best passed-over config's mean of the ranked metric is than the chosen one's:
+    what the user gives up for the prediction. '' where no mean is better (the rule ranks by an
+    interval's pessimistic end, so a config with fewer runs can rank ahead on a worse mean) or missing."""
+    c = chosen.interval(rank.metric).mean
+    if math.isnan(c) or c == 0:
         return ""
-    gain = (b - c) / c if rank.maximize else (c - b) / c
+
+    def gain(e: ConfigEvidence) -> float:
+        m = e.interval(rank.metric).mean
+        return -math.inf if math.isnan(m) else ((m - c) if rank.maximize else (c - m)) / c
+
+    best = max(passed, key=gain)
+    if gain(best) <= 0:
+        return ""
     return (f"; the best of them, trial {best.first.number}, measured a mean {rank.metric} "
-            f"{100 * gain:.1f} % {'higher' if rank.maximize else 'lower'} than the chosen config's")
+            f"{100 * gain(best):.1f} % {'higher' if rank.maximize else 'lower'} than the chosen config's")
 
 
 def _short_of_margin(c: ConfigEvidence, min_headroom_gib: float, gmu_edge: float | None) -> str:
