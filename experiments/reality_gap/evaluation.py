@@ -124,7 +124,7 @@ def read_as(rows: Sequence[dict[str, Any]], pairs: Sequence[tuple[str, str]]) ->
     renamed = dict(pairs)
     replaced = set(renamed.values())
     return [{**r, "strategy": renamed[r["strategy"]]} if r["strategy"] in renamed else r
-            for r in rows if r["strategy"] not in replaced or r["strategy"] in renamed]
+            for r in rows if r["strategy"] not in replaced]
 
 
 def duplicate_case(rows: Sequence[dict[str, Any]]) -> tuple | None:

@@ -138,8 +138,7 @@ def _with_autotune_part(space: SearchSpace, autotune_variant: str) -> SearchSpac
     switches, confirm = ABLATIONS[autotune_variant]
     # a search part would make the baseline another search, not tpe-confirm with autotune's confirmation
     assert not switches, f"{autotune_variant} changes the search ({switches}); only confirmation or export parts copy"
-    return space.model_copy(update={"study": space.study.model_copy(
-        update={"confirm": space.study.confirm.model_copy(update=confirm)})})
+    return _with_study(space, space.study.sampler, {}, confirm)
 
 
 def _with_study(space: SearchSpace, sampler: str, switches: dict[str, Any], confirm: dict[str, Any]) -> SearchSpace:
